@@ -1,0 +1,62 @@
+# robocache: the two commands are `make demo` and `make test`.
+# Each creates .venv, installs torch and the other dependencies, and builds the
+# extension by itself. Override TORCH to pick another torch build, e.g.
+#   make test TORCH=torch==2.14.1          (a CUDA build: CUDA kernels too)
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+MAX_JOBS ?= 2
+PY := $(VENV)/bin/python
+# ninja must be on PATH for torch's extension builder.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+# The CUDA compile check (CI): a CUDA build of torch, nvcc, FORCE_CUDA=1, no GPU needed.
+CUDA_VENV ?= .venv-cuda
+CUDA_TORCH ?= torch==2.14.1
+CUDA_HOME ?= /usr/local/cuda
+CUDA_ARCHS ?= 8.0;9.0
+
+SOURCES := setup.py pyproject.toml $(shell find csrc -type f 2>/dev/null)
+
+.PHONY: demo test build bench cuda-build-check clean
+
+demo: $(VENV)/.built
+	$(PY) examples/demo.py
+
+test: $(VENV)/.built
+	$(PY) -m pytest tests -q
+
+build: $(VENV)/.built
+
+bench: $(VENV)/.built
+	$(PY) -m robocache.bench
+
+$(VENV)/.deps:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH)" ninja pytest expecttest numpy setuptools wheel
+	touch $@
+
+$(VENV)/.built: $(VENV)/.deps $(SOURCES)
+	MAX_JOBS=$(MAX_JOBS) $(PY) -m pip install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+$(CUDA_VENV)/.deps:
+	$(PYTHON) -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/python -m pip install -q "$(CUDA_TORCH)" ninja numpy setuptools wheel
+	$(CUDA_VENV)/bin/python -m pip install -q --no-deps nvidia-cutlass
+	touch $@
+
+# Compiles every CUDA source (for $(CUDA_ARCHS)) and checks that the library
+# loads and registers its CUDA kernels. Fails if any .cu file does not compile.
+cuda-build-check: $(CUDA_VENV)/.deps
+	test -x "$(CUDA_HOME)/bin/nvcc" || { echo "cuda-build-check: no nvcc under CUDA_HOME=$(CUDA_HOME)"; exit 1; }
+	rm -rf build/cuda-check
+	PATH="$(abspath $(CUDA_VENV))/bin:$(CUDA_HOME)/bin:$$PATH" FORCE_CUDA=1 CUDA_HOME="$(CUDA_HOME)" \
+	  CPATH="$$($(CUDA_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13/include" \
+	  TORCH_CUDA_ARCH_LIST="$(CUDA_ARCHS)" MAX_JOBS=$(MAX_JOBS) \
+	  $(CUDA_VENV)/bin/python setup.py -q build_ext -b build/cuda-check/lib -t build/cuda-check/tmp
+	$(CUDA_VENV)/bin/python tools/check_cuda_build.py build/cuda-check/lib
+
+clean:
+	rm -rf build robocache/_C*.so robocache/_build_info.py $(VENV)/.built

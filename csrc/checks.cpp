@@ -1,0 +1,111 @@
+#include "robocache/checks.h"
+
+#include <c10/core/SymBool.h>
+#include <c10/util/Exception.h>
+
+#include <sstream>
+#include <string>
+
+// Like TORCH_SYM_CHECK (a deferred runtime assert on symbolic sizes, not a
+// guard), but raising ValueError like the other shape checks.
+#define ROBOCACHE_SYM_CHECK(cond, ...) \
+  TORCH_CHECK_VALUE((cond).expect_true(__FILE__, __LINE__), __VA_ARGS__)
+
+namespace robocache {
+
+Mode parse_mode(c10::string_view mode, const char* op, const char* arg) {
+  if (mode == "linear") return Mode::Linear;
+  if (mode == "nearest") return Mode::Nearest;
+  if (mode == "previous") return Mode::Previous;
+  TORCH_CHECK_VALUE(false, op, ": ", arg, " must be 'linear', 'nearest' or 'previous'; got '",
+                    std::string(mode), "'");
+}
+
+namespace {
+
+bool is_value_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+}
+
+bool is_time_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kLong;
+}
+
+std::string shape_str(const at::Tensor& t) {
+  std::ostringstream os;
+  os << t.sym_sizes();
+  return os.str();
+}
+
+}  // namespace
+
+ResampleSizes check_resample_inputs(const at::Tensor& values, const at::Tensor& times,
+                                    const at::Tensor& query_times,
+                                    const std::optional<at::Tensor>& lengths,
+                                    const std::string& op) {
+  TORCH_CHECK_VALUE(values.dim() == 3, op, ": values must be 3-D (B, S, D); got shape ",
+                    shape_str(values));
+  TORCH_CHECK_TYPE(is_value_dtype(values.scalar_type()), op,
+                   ": values must be float32, float64, float16 or bfloat16; got ",
+                   values.scalar_type());
+  TORCH_CHECK_VALUE(times.dim() == 1 || times.dim() == 2, op,
+                    ": times must be (B, S) or (S,); got shape ", shape_str(times));
+  TORCH_CHECK_VALUE(query_times.dim() == 1 || query_times.dim() == 2, op,
+                    ": query_times must be (B, T) or (T,); got shape ", shape_str(query_times));
+  TORCH_CHECK_TYPE(is_time_dtype(times.scalar_type()), op,
+                   ": times must be float32, float64 or int64; got ", times.scalar_type());
+  TORCH_CHECK_TYPE(times.scalar_type() == query_times.scalar_type(), op,
+                   ": times and query_times must have the same dtype; got times ",
+                   times.scalar_type(), " and query_times ", query_times.scalar_type());
+  TORCH_CHECK_VALUE(times.device() == values.device(), op,
+                    ": times must be on the same device as values; got values on ",
+                    values.device(), " and times on ", times.device());
+  TORCH_CHECK_VALUE(query_times.device() == values.device(), op,
+                    ": query_times must be on the same device as values; got values on ",
+                    values.device(), " and query_times on ", query_times.device());
+
+  ResampleSizes n{values.sym_size(0), values.sym_size(1),
+                  query_times.sym_size(query_times.dim() - 1), values.sym_size(2)};
+  ROBOCACHE_SYM_CHECK(n.S.sym_ne(0), op,
+                  ": values has no source samples (S == 0); resampling needs at least one; "
+                  "values shape ",
+                  shape_str(values));
+  ROBOCACHE_SYM_CHECK(times.sym_size(-1).sym_eq(n.S), op,
+                  ": times must have S = values.shape[1] samples; got values shape ",
+                  shape_str(values), " and times shape ", shape_str(times));
+  if (times.dim() == 2) {
+    ROBOCACHE_SYM_CHECK(times.sym_size(0).sym_eq(n.B), op,
+                    ": times has batch size different from values; got values shape ",
+                    shape_str(values), " and times shape ", shape_str(times));
+  }
+  if (query_times.dim() == 2) {
+    ROBOCACHE_SYM_CHECK(query_times.sym_size(0).sym_eq(n.B), op,
+                    ": query_times has batch size different from values; got values shape ",
+                    shape_str(values), " and query_times shape ", shape_str(query_times));
+  }
+  if (lengths.has_value()) {
+    const at::Tensor& len = *lengths;
+    TORCH_CHECK_TYPE(len.scalar_type() == at::kLong, op, ": lengths must be int64; got ",
+                     len.scalar_type());
+    TORCH_CHECK_VALUE(len.dim() == 1, op, ": lengths must be 1-D (B,); got shape ",
+                      shape_str(len));
+    ROBOCACHE_SYM_CHECK(len.sym_size(0).sym_eq(n.B), op,
+                    ": lengths must have B = values.shape[0] entries; got values shape ",
+                    shape_str(values), " and lengths shape ", shape_str(len));
+    TORCH_CHECK_VALUE(len.device() == values.device(), op,
+                      ": lengths must be on the same device as values; got values on ",
+                      values.device(), " and lengths on ", len.device());
+  }
+  return n;
+}
+
+void check_lengths_values_cpu(const at::Tensor& lengths, int64_t S, const std::string& op) {
+  const at::Tensor len = lengths.contiguous();
+  const int64_t* p = len.data_ptr<int64_t>();
+  for (int64_t b = 0; b < len.numel(); ++b) {
+    TORCH_CHECK_VALUE(p[b] >= 1 && p[b] <= S, op, ": lengths[", b, "] = ", p[b],
+                      " is outside [1, S] with S = ", S);
+  }
+}
+
+}  // namespace robocache

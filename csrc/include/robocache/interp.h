@@ -1,0 +1,130 @@
+// Shared interpolation math for resample and fuse, forward and backward.
+//
+// Everything here is host/device code, so the CPU kernels, the CUDA kernels
+// and their backward passes all locate queries and compute weights the same
+// way. There is exactly one copy of the search and of the weights.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define ROBOCACHE_HD __host__ __device__ __forceinline__
+#else
+#define ROBOCACHE_HD inline
+#endif
+
+namespace robocache {
+
+enum class Mode : int32_t { Linear = 0, Nearest = 1, Previous = 2 };
+
+// Weights are computed in the precision of the times, never lower: a float64
+// unix-epoch time or an int64 nanosecond stamp keeps its resolution because
+// the differences (q - t0) and (t1 - t0) are formed in the times' own type
+// before the division.
+template <typename stamp_t>
+struct weight_type {
+  using type = double;
+};
+template <>
+struct weight_type<float> {
+  using type = float;
+};
+template <typename stamp_t>
+using weight_t = typename weight_type<stamp_t>::type;
+
+template <typename T>
+ROBOCACHE_HD bool is_nan(T x) {
+  if constexpr (std::is_floating_point<T>::value) {
+    return x != x;
+  } else {
+    return false;
+  }
+}
+
+// Where one query lands among the valid source samples.
+//   out = v[i0] + w * (v[i1] - v[i0]);   w == 0 means out = v[i0] exactly.
+// `dt` is t[i1] - t[i0] for a linear query strictly inside the valid range
+// and 0 otherwise; the query gradient is the slope (v[i1] - v[i0]) / dt.
+template <typename W>
+struct Location {
+  int64_t i0;
+  int64_t i1;
+  W w;
+  W dt;
+  bool nan;  // the output is NaN (NaN query, or a row with no valid sample)
+};
+
+// Number of the first n samples whose time is <= q (numpy's searchsorted
+// side="right"). Repeated times resolve to the last of them, which makes the
+// interpolant right-continuous.
+template <typename stamp_t>
+ROBOCACHE_HD int64_t upper_bound(const stamp_t* times, int64_t stride, int64_t n,
+                                 stamp_t q) {
+  int64_t lo = 0;
+  int64_t hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + ((hi - lo) >> 1);
+    if (times[mid * stride] <= q) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Clamp a per-row length into [0, S]. Rows with length < 1 give NaN (see
+// locate); lengths past S are treated as S. On the CPU lengths are validated
+// before this is reached; on CUDA this is the no-host-sync contract.
+ROBOCACHE_HD int64_t clamp_length(int64_t length, int64_t S) {
+  return length > S ? S : length;
+}
+
+// Locate query q among times[0 .. L) (element stride `stride`).
+template <typename stamp_t>
+ROBOCACHE_HD Location<weight_t<stamp_t>> locate(const stamp_t* times, int64_t stride,
+                                               int64_t L, stamp_t q, Mode mode) {
+  using W = weight_t<stamp_t>;
+  Location<W> loc{0, 0, W(0), W(0), false};
+  if (L < 1 || is_nan(q)) {
+    loc.nan = true;
+    return loc;
+  }
+  const int64_t k = upper_bound(times, stride, L, q);
+  if (k == 0) {
+    return loc;  // before the first sample: hold the first value
+  }
+  if (k == L) {
+    loc.i0 = loc.i1 = L - 1;  // at or after the last sample: hold the last
+    return loc;
+  }
+  // Here t0 <= q < t1, so t1 > t0 strictly.
+  const stamp_t t0 = times[(k - 1) * stride];
+  const stamp_t t1 = times[k * stride];
+  switch (mode) {
+    case Mode::Linear:
+      loc.i0 = k - 1;
+      loc.i1 = k;
+      loc.dt = W(t1 - t0);
+      loc.w = W(q - t0) / loc.dt;
+      break;
+    case Mode::Nearest:
+      // A tie goes to the later sample.
+      loc.i0 = loc.i1 = ((t1 - q) <= (q - t0)) ? k : k - 1;
+      break;
+    case Mode::Previous:
+      loc.i0 = loc.i1 = k - 1;
+      break;
+  }
+  return loc;
+}
+
+// The blend used everywhere; exact at knots (w == 0 returns v0 untouched,
+// even when the neighbour is not finite).
+template <typename C>
+ROBOCACHE_HD C blend(C v0, C v1, C w) {
+  return w == C(0) ? v0 : v0 + w * (v1 - v0);
+}
+
+}  // namespace robocache

@@ -1,0 +1,120 @@
+// Per-query resampling on the GPU, shared by the resample and fuse kernels
+// (forward and backward). A "group" of G lanes (a power of two, at most a
+// warp) handles one query: every lane runs the same search (the loads are
+// broadcast) and the lanes split the D channels in 16-byte vectors.
+#pragma once
+
+#include "robocache/interp.h"
+#include "robocache/vec.cuh"
+
+namespace robocache {
+
+// One stream of samples: values (B, S, D) with unit stride along D, times
+// (B, S) or shared (S,) (batch stride 0), optional lengths (B,).
+template <typename value_t, typename stamp_t>
+struct StreamArgs {
+  const value_t* values;
+  int64_t v_bstride, v_sstride;
+  const stamp_t* times;
+  int64_t t_bstride, t_stride;
+  const int64_t* lengths;  // nullptr: every row has S valid samples
+  int64_t S, D;
+  Mode mode;
+};
+
+// The queries, (B, T) or shared (T,).
+template <typename stamp_t>
+struct QueryArgs {
+  const stamp_t* query;
+  int64_t q_bstride, q_stride;
+  int64_t T;
+};
+
+template <typename value_t, typename stamp_t>
+__device__ __forceinline__ Location<weight_t<stamp_t>> locate_query(
+    const StreamArgs<value_t, stamp_t>& s, const QueryArgs<stamp_t>& q, int64_t b, int64_t t) {
+  const int64_t L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
+  return locate(s.times + b * s.t_bstride, s.t_stride, L, q.query[b * q.q_bstride + t * q.q_stride],
+                s.mode);
+}
+
+// Writes the D resampled channels of query (b, t) to dst (unit stride).
+template <int VEC, typename value_t, typename stamp_t>
+__device__ __forceinline__ void resample_one(const StreamArgs<value_t, stamp_t>& s,
+                                             const Location<weight_t<stamp_t>>& loc, int64_t b,
+                                             int lane, int G, value_t* __restrict__ dst) {
+  using IO = VecIO<value_t, VEC>;
+  using C = typename IO::C;
+  const int64_t nvec = s.D / VEC;
+  if (loc.nan) {
+    for (int64_t v = lane; v < nvec; v += G) IO::store(dst + v * VEC, IO::nan());
+    return;
+  }
+  const value_t* r0 = s.values + b * s.v_bstride + loc.i0 * s.v_sstride;
+  const value_t* r1 = s.values + b * s.v_bstride + loc.i1 * s.v_sstride;
+  const C w = C(loc.w);
+  if (w == C(0)) {
+#pragma unroll 4
+    for (int64_t v = lane; v < nvec; v += G) IO::store(dst + v * VEC, IO::load(r0 + v * VEC));
+    return;
+  }
+#pragma unroll 4
+  for (int64_t v = lane; v < nvec; v += G) {
+    auto x0 = IO::load(r0 + v * VEC);
+    const auto x1 = IO::load(r1 + v * VEC);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) x0[k] = x0[k] + w * (x1[k] - x0[k]);
+    IO::store(dst + v * VEC, x0);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T group_sum(T x, int G) {
+  for (int offset = G >> 1; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// Backward of resample_one for query (b, t):
+//  - adds (1 - w) g and w g into rows i0 and i1 of grad_values (atomics),
+//  - returns this lane's share of g . (v1 - v0) for the query gradient.
+template <int VEC, typename value_t, typename stamp_t>
+__device__ __forceinline__ compute_t<value_t> resample_one_backward(
+    const StreamArgs<value_t, stamp_t>& s, const Location<weight_t<stamp_t>>& loc, int64_t b,
+    int lane, int G, const value_t* __restrict__ grad, compute_t<value_t>* grad_values,
+    bool query_grad) {
+  using IO = VecIO<value_t, VEC>;
+  using C = typename IO::C;
+  C partial = C(0);
+  if (loc.nan) return partial;
+  const int64_t nvec = s.D / VEC;
+  const C w = C(loc.w);
+  const bool slope = query_grad && loc.dt != 0;
+  C* a0 = grad_values ? grad_values + (b * s.S + loc.i0) * s.D : nullptr;
+  C* a1 = grad_values ? grad_values + (b * s.S + loc.i1) * s.D : nullptr;
+  const value_t* r0 = s.values + b * s.v_bstride + loc.i0 * s.v_sstride;
+  const value_t* r1 = s.values + b * s.v_bstride + loc.i1 * s.v_sstride;
+  for (int64_t v = lane; v < nvec; v += G) {
+    const auto g = IO::load(grad + v * VEC);
+    if (a0) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const int64_t d = v * VEC + k;
+        if (w == C(0)) {
+          atomicAdd(a0 + d, g[k]);
+        } else {
+          atomicAdd(a0 + d, g[k] - w * g[k]);
+          atomicAdd(a1 + d, w * g[k]);
+        }
+      }
+    }
+    if (slope) {
+      const auto x0 = IO::load(r0 + v * VEC);
+      const auto x1 = IO::load(r1 + v * VEC);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) partial += g[k] * (x1[k] - x0[k]);
+    }
+  }
+  return partial;
+}
+
+}  // namespace robocache

@@ -1,0 +1,66 @@
+// Vectorized load/convert layer for the CUDA kernels, on CUTLASS.
+//
+// One VecIO<value_t, N>::load reads N elements as a single 16-byte access
+// (cutlass::AlignedArray) and converts them to the compute type (float for
+// half/bfloat16/float, double for double) with cutlass::NumericArrayConverter;
+// store does the reverse with round-to-nearest-even, as torch does.
+#pragma once
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+#include <cutlass/numeric_types.h>
+
+#include <limits>
+
+#include "robocache/dispatch.h"
+
+namespace robocache {
+
+template <typename T>
+struct cutlass_of {
+  using type = T;
+};
+template <>
+struct cutlass_of<c10::Half> {
+  using type = cutlass::half_t;
+};
+template <>
+struct cutlass_of<c10::BFloat16> {
+  using type = cutlass::bfloat16_t;
+};
+
+// Elements per 16-byte access.
+template <typename value_t>
+constexpr int kVec16 = 16 / static_cast<int>(sizeof(value_t));
+
+template <typename value_t, int N>
+struct VecIO {
+  using storage_t = typename cutlass_of<value_t>::type;
+  using C = compute_t<value_t>;
+  using Packed = cutlass::AlignedArray<storage_t, N>;
+  using Frag = cutlass::Array<C, N>;
+  static_assert(sizeof(storage_t) == sizeof(value_t), "storage layout must match torch's");
+
+  __device__ __forceinline__ static Frag load(const value_t* p) {
+    const Packed packed = *reinterpret_cast<const Packed*>(p);
+    return cutlass::NumericArrayConverter<C, storage_t, N>{}(packed);
+  }
+
+  __device__ __forceinline__ static void store(value_t* p, const Frag& f) {
+    Packed packed;
+    static_cast<cutlass::Array<storage_t, N>&>(packed) =
+        cutlass::NumericArrayConverter<storage_t, C, N>{}(f);
+    *reinterpret_cast<Packed*>(p) = packed;
+  }
+
+  __device__ __forceinline__ static Frag nan() {
+    Frag f;
+#pragma unroll
+    for (int k = 0; k < N; ++k) f[k] = std::numeric_limits<C>::quiet_NaN();
+    return f;
+  }
+};
+
+}  // namespace robocache

@@ -1,0 +1,34 @@
+// The one place where robocache's operator schemas are defined.
+//
+// Kernels are registered per dispatch key next to their code:
+//   csrc/cpu/<op>.cpp   (CPU)    csrc/cuda/<op>.cu   (CUDA)    csrc/meta/<op>.cpp (Meta)
+// Autograd is registered from Python (robocache/_ops.py); every backward is
+// itself one of the operators below, so backward graphs trace under
+// torch.compile and torch.export.
+#include <Python.h>
+#include <torch/library.h>
+
+extern "C" {
+// Importing robocache._C only loads this shared library, which runs the
+// static registrations below. C++ deployments load the same library with
+// dlopen (or torch::load_library) to make the operators known to the dispatcher.
+PyObject* PyInit__C(void) {
+  static struct PyModuleDef module_def = {
+      PyModuleDef_HEAD_INIT, "_C", "robocache operator library (registrations only)", -1,
+      nullptr};
+  return PyModule_Create(&module_def);
+}
+}
+
+TORCH_LIBRARY(robocache, m) {
+  m.def(
+      "resample(Tensor values, Tensor times, Tensor query_times, Tensor? lengths=None, "
+      "str mode=\"linear\") -> Tensor",
+      {at::Tag::pt2_compliant_tag});
+  // Returns (grad_values, grad_query_times); a gradient that was not asked for
+  // comes back as an empty (0,) tensor.
+  m.def(
+      "_resample_backward(Tensor grad_out, Tensor values, Tensor times, Tensor query_times, "
+      "Tensor? lengths, str mode, bool values_grad, bool query_grad) -> (Tensor, Tensor)",
+      {at::Tag::pt2_compliant_tag});
+}

@@ -1,0 +1,49 @@
+"""robocache: preprocessing operators for robot learning, as PyTorch custom ops.
+
+Importing robocache loads its compiled library, which registers the
+``torch.ops.robocache.*`` operators with the dispatcher.
+"""
+import torch
+
+
+def _load_library():
+    try:
+        from . import _build_info
+    except ImportError:
+        _build_info = None
+    if _build_info is not None and _build_info.TORCH_VERSION != torch.__version__:
+        raise ImportError(
+            f"robocache's compiled library was built against torch {_build_info.TORCH_VERSION}, "
+            f"but torch {torch.__version__} is installed. Rebuild it: "
+            "`pip install --no-build-isolation -e .` (or `make build`).")
+    try:
+        from . import _C  # noqa: F401  (loading it runs the operator registrations)
+    except ImportError as e:
+        if getattr(e, "name", None) == "robocache._C" or "No module named" in str(e):
+            raise ImportError(
+                "robocache's compiled library (robocache._C) is missing: the extension has not "
+                "been built. Build it with `pip install --no-build-isolation -e .` "
+                "(or `make build`).") from e
+        raise ImportError(
+            f"robocache's compiled library failed to load ({e}); it probably does not match "
+            f"the installed torch {torch.__version__}. Rebuild it: "
+            "`pip install --no-build-isolation -e .` (or `make build`).") from e
+
+
+_load_library()
+
+from . import reference  # noqa: E402
+from ._ops import (  # noqa: E402
+    is_cuda_available,
+    resample,
+    resample_trajectories,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "is_cuda_available",
+    "reference",
+    "resample",
+    "resample_trajectories",
+]

@@ -1,0 +1,75 @@
+"""Pure-PyTorch reference implementations of robocache's operators.
+
+These have exactly the semantics of the compiled operators, written with
+ordinary torch ops (searchsorted, gather, arithmetic). They are the oracle for
+the tests, the baseline for the benchmarks, and what ``backend="pytorch"`` runs.
+They are differentiable through ordinary autograd.
+"""
+import torch
+
+_MODES = ("linear", "nearest", "previous")
+
+
+def _compute_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _weight_dtype(time_dtype):
+    # Weights keep the precision of the times (int64 and float64 -> float64).
+    return torch.float32 if time_dtype == torch.float32 else torch.float64
+
+
+def _locate(times, query_times, lengths, S, B, mode):
+    """Indices (i0, i1), weight w (of i1) and a NaN mask, all (B, T)."""
+    T = query_times.shape[-1]
+    times = times.expand(B, S)
+    q = query_times.expand(B, T)
+    if lengths is None:
+        L = torch.full((B, 1), S, dtype=torch.long, device=times.device)
+    else:
+        L = lengths.clamp(max=S).view(B, 1)
+    # Padding past a row's length sorts after every query, so the search
+    # only sees the valid prefix.
+    big = torch.inf if times.is_floating_point() else torch.iinfo(times.dtype).max
+    valid = torch.arange(S, device=times.device) < L
+    searchable = torch.where(valid, times, torch.full_like(times, big))
+    k = torch.searchsorted(searchable.contiguous(), q.contiguous(), right=True)
+    k = torch.minimum(k, L)
+    i0 = torch.minimum((k - 1).clamp(min=0), L - 1).clamp(0, S - 1)
+    i1 = torch.minimum(k, L - 1).clamp(0, S - 1)
+    t0 = times.gather(1, i0)
+    t1 = times.gather(1, i1)
+    inside = (k > 0) & (k < L)
+    wdt = _weight_dtype(times.dtype)
+    if mode == "linear":
+        dt = torch.where(inside, t1 - t0, torch.ones_like(t1)).to(wdt)
+        w = torch.where(inside, (q - t0).to(wdt) / dt, torch.zeros_like(dt))
+    else:
+        if mode == "nearest":
+            later = inside & ((t1 - q) <= (q - t0))  # a tie goes to the later sample
+            i0 = torch.where(later, i1, i0)
+        i1 = i0
+        w = torch.zeros(q.shape, dtype=wdt, device=q.device)
+    nan = (L < 1).expand(B, T)
+    if q.is_floating_point():
+        nan = nan | torch.isnan(q)
+    return i0, i1, w, nan
+
+
+def resample(values, times, query_times, lengths=None, mode="linear"):
+    """Reference for :func:`robocache.resample` (same arguments, same result)."""
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {_MODES}; got {mode!r}")
+    B, S, D = values.shape
+    i0, i1, w, nan = _locate(times, query_times, lengths, S, B, mode)
+    cdt = _compute_dtype(values.dtype)
+    v = values.to(cdt)
+    T = i0.shape[1]
+    v0 = v.gather(1, i0.unsqueeze(-1).expand(B, T, D))
+    if mode == "linear":
+        v1 = v.gather(1, i1.unsqueeze(-1).expand(B, T, D))
+        out = v0 + w.to(cdt).unsqueeze(-1) * (v1 - v0)
+    else:
+        out = v0
+    out = torch.where(nan.unsqueeze(-1), torch.full_like(out, torch.nan), out)
+    return out.to(values.dtype)

@@ -1,0 +1,24 @@
+"""Random inputs for the tests: fresh on every call, never zeros."""
+import torch
+
+
+def sorted_times(B, S, dtype=torch.float64, device="cpu", shared=False, start=0.0, span=10.0):
+    """Strictly increasing, irregularly spaced sample times, (B, S) or (S,)."""
+    rows = 1 if shared else B
+    gaps = torch.rand(rows, S, dtype=torch.float64, device=device) + 0.05
+    t = start + torch.cumsum(gaps, dim=1) / gaps.sum(dim=1, keepdim=True) * span
+    if dtype == torch.int64:
+        t = (t * 1e6).round()
+        t = t + torch.arange(S, device=device, dtype=torch.float64)  # keep them strictly increasing
+    t = t.to(dtype)
+    return t[0] if shared else t
+
+
+def query_times(B, T, dtype=torch.float64, device="cpu", shared=False, lo=-1.0, hi=11.0):
+    """Queries spread over, and a little past, the sampled range."""
+    rows = 1 if shared else B
+    q = lo + torch.rand(rows, T, dtype=torch.float64, device=device) * (hi - lo)
+    if dtype == torch.int64:
+        q = (q * 1e6).round()
+    q = q.to(dtype)
+    return q[0] if shared else q

@@ -99,6 +99,82 @@ ResampleSizes check_resample_inputs(const at::Tensor& values, const at::Tensor& 
   return n;
 }
 
+MultiStreamSizes check_multi_stream_inputs(at::TensorList values, at::TensorList times,
+                                           const at::Tensor& query_times,
+                                           const std::vector<std::optional<at::Tensor>>& lengths,
+                                           const std::string& op) {
+  TORCH_CHECK_VALUE(!values.empty(), op, ": needs at least one stream; got an empty list");
+  TORCH_CHECK_VALUE(values.size() == times.size(), op, ": got ", values.size(),
+                    " values tensors but ", times.size(), " times tensors");
+  TORCH_CHECK_VALUE(lengths.size() == values.size(), op, ": got ", lengths.size(),
+                    " lengths entries for ", values.size(), " streams");
+  MultiStreamSizes total{0, 0, 0};
+  for (size_t k = 0; k < values.size(); ++k) {
+    const std::string where = op + ": stream " + std::to_string(k);
+    if (k > 0) {
+      TORCH_CHECK_TYPE(values[k].scalar_type() == values[0].scalar_type(), where,
+                       ": values dtype ", values[k].scalar_type(),
+                       " differs from stream 0's ", values[0].scalar_type(),
+                       "; all streams' values must share one dtype");
+      TORCH_CHECK_TYPE(times[k].scalar_type() == times[0].scalar_type(), where,
+                       ": times dtype ", times[k].scalar_type(), " differs from stream 0's ",
+                       times[0].scalar_type(), "; all streams' times must share one dtype");
+      TORCH_CHECK_VALUE(values[k].device() == values[0].device(), where, ": values are on ",
+                        values[k].device(), " but stream 0's are on ", values[0].device());
+    }
+    const auto n = check_resample_inputs(values[k], times[k], query_times, lengths[k], where);
+    if (k == 0) {
+      total.B = n.B;
+      total.T = n.T;
+    } else {
+      ROBOCACHE_SYM_CHECK(n.B.sym_eq(total.B), where, ": values has batch size ", n.B,
+                          " but stream 0 has ", total.B);
+    }
+    total.D_total = total.D_total + n.D;
+  }
+  return total;
+}
+
+std::vector<std::optional<at::Tensor>> lengths_per_stream(
+    const c10::List<std::optional<at::Tensor>>& lengths, size_t K, const std::string& op) {
+  TORCH_CHECK_VALUE(lengths.size() == 0 || lengths.size() == K, op,
+                    ": lengths must be empty or have one entry (a tensor or None) per stream; got ",
+                    lengths.size(), " entries for ", K, " streams");
+  std::vector<std::optional<at::Tensor>> out(K);
+  for (size_t k = 0; k < lengths.size(); ++k) out[k] = lengths.get(k);
+  return out;
+}
+
+std::vector<Mode> modes_per_stream(const std::vector<std::string>& modes, size_t K,
+                                   const std::string& op) {
+  TORCH_CHECK_VALUE(modes.size() <= 1 || modes.size() == K, op,
+                    ": modes must be empty, one mode, or one mode per stream; got ", modes.size(),
+                    " modes for ", K, " streams");
+  std::vector<Mode> out(K, Mode::Linear);
+  for (size_t k = 0; k < K && !modes.empty(); ++k) {
+    const size_t j = modes.size() == 1 ? 0 : k;
+    const std::string arg = "modes[" + std::to_string(j) + "]";
+    out[k] = parse_mode(modes[j], op.c_str(), arg.c_str());
+  }
+  return out;
+}
+
+void check_grad_out(const at::Tensor& grad_out, const c10::SymInt& B, const c10::SymInt& T,
+                    const c10::SymInt& D_total, const std::string& op) {
+  TORCH_CHECK_VALUE(grad_out.dim() == 3, op, ": grad_out must be 3-D (B, T, D); got shape ",
+                    shape_str(grad_out));
+  ROBOCACHE_SYM_CHECK(grad_out.sym_size(0).sym_eq(B) & grad_out.sym_size(1).sym_eq(T) &
+                          grad_out.sym_size(2).sym_eq(D_total),
+                      op, ": grad_out must have shape [", B, ", ", T, ", ", D_total, "]; got ",
+                      shape_str(grad_out));
+}
+
+void check_query_grad(const at::Tensor& query_times, bool query_grad, const std::string& op) {
+  TORCH_CHECK_VALUE(!query_grad || at::isFloatingType(query_times.scalar_type()), op,
+                    ": query_times of dtype ", query_times.scalar_type(),
+                    " cannot receive a gradient");
+}
+
 void check_lengths_values_cpu(const at::Tensor& lengths, int64_t S, const std::string& op) {
   const at::Tensor len = lengths.contiguous();
   const int64_t* p = len.data_ptr<int64_t>();

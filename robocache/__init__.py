@@ -34,6 +34,9 @@ _load_library()
 
 from . import reference  # noqa: E402
 from ._ops import (  # noqa: E402
+    fuse,
+    fuse_columns,
+    fuse_multimodal,
     is_cuda_available,
     resample,
     resample_trajectories,
@@ -42,6 +45,9 @@ from ._ops import (  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
+    "fuse",
+    "fuse_columns",
+    "fuse_multimodal",
     "is_cuda_available",
     "reference",
     "resample",

@@ -103,6 +103,123 @@ torch.library.register_autograd(
 
 
 # ---------------------------------------------------------------------------
+# fuse
+# ---------------------------------------------------------------------------
+
+def _unpack_streams(streams, modes):
+    """(names or None, values, times, lengths, modes) from fuse's arguments."""
+    if isinstance(streams, dict):
+        names = list(streams)
+        entries = [streams[n] for n in names]
+    else:
+        names = None
+        entries = list(streams)
+    if not entries:
+        raise ValueError("robocache.fuse: streams is empty; give at least one (values, times) pair")
+    values, times, lengths = [], [], []
+    for k, entry in enumerate(entries):
+        label = repr(names[k]) if names else str(k)
+        if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
+            raise ValueError(f"robocache.fuse: stream {label} must be a (values, times) or "
+                             f"(values, times, lengths) tuple; got {type(entry).__name__}")
+        values.append(entry[0])
+        times.append(entry[1])
+        lengths.append(entry[2] if len(entry) == 3 else None)
+    if isinstance(modes, str):
+        modes = [modes] * len(entries)
+    elif isinstance(modes, dict):
+        if names is None:
+            raise ValueError("robocache.fuse: modes may be a dict only when streams is one")
+        unknown = set(modes) - set(names)
+        if unknown:
+            raise ValueError(f"robocache.fuse: modes names unknown streams {sorted(unknown)}")
+        modes = [modes.get(n, "linear") for n in names]
+    else:
+        modes = list(modes)
+    return names, values, times, lengths, modes
+
+
+def fuse_columns(streams):
+    """Which output columns of :func:`fuse` belong to which stream.
+
+    Returns a dict of name -> slice when ``streams`` is a mapping, otherwise a
+    list of slices in stream order. Only the shapes of the values are read.
+    """
+    names, values, _, _, _ = _unpack_streams(streams, "linear")
+    slices, start = [], 0
+    for v in values:
+        slices.append(slice(start, start + v.shape[-1]))
+        start += v.shape[-1]
+    return dict(zip(names, slices)) if names is not None else slices
+
+
+def fuse(streams, query_times, *, modes="linear", check=False):
+    """Align several sensor streams onto one timeline and concatenate them, in one kernel.
+
+    Args:
+        streams: a sequence of ``(values, times)`` or ``(values, times, lengths)``
+            tuples, or a mapping of name -> such a tuple (dicts keep their order).
+            Stream k has values (B, S_k, D_k) and times (B, S_k) or (S_k,); S_k
+            and D_k may differ between streams. All values share one dtype and
+            all times (and ``query_times``) another, as for :func:`resample`.
+        query_times: (B, T) or (T,) timeline to align onto.
+        modes: ``"linear"``, ``"nearest"`` or ``"previous"`` for every stream,
+            or one per stream (a sequence, or a mapping by stream name; streams
+            a mapping leaves out are linear).
+        check: validate every stream's lengths and time order (a host sync on
+            the GPU), as in :func:`resample`.
+
+    Returns:
+        (B, T, sum D_k): the streams' channels in the order given. Each stream
+        follows exactly the semantics of :func:`resample`; use
+        :func:`fuse_columns` to find a stream's columns.
+
+    On CUDA one launch writes every stream into the output (up to 32 streams
+    per launch). Gradients flow to every stream's values and to ``query_times``.
+    """
+    _, values, times, lengths, modes = _unpack_streams(streams, modes)
+    if check:
+        for v, t, n in zip(values, times, lengths):
+            _check_resample_data(v, t, n)
+    return torch.ops.robocache.fuse(values, times, query_times, lengths, modes)
+
+
+def _no_grad_like(arg):
+    # What register_autograd expects back for a non-differentiable list input:
+    # a list of Nones for a list of tensors (also an empty one), else one None.
+    if isinstance(arg, list) and all(isinstance(a, torch.Tensor) for a in arg):
+        return [None] * len(arg)
+    return None
+
+
+def _fuse_setup_context(ctx, inputs, output):
+    values, times, query_times, lengths, modes = inputs
+    ctx.num_streams = len(values)
+    ctx.modes = modes
+    ctx.lengths = lengths  # the list itself, for its structure and its tensors
+    ctx.save_for_backward(*values, *times, query_times)
+
+
+def _fuse_backward(ctx, grad):
+    K = ctx.num_streams
+    saved = ctx.saved_tensors
+    values, times, query_times = list(saved[:K]), list(saved[K:2 * K]), saved[2 * K]
+    need_values = list(ctx.needs_input_grad[0])
+    need_query = bool(ctx.needs_input_grad[2])
+    grad_values, grad_query = torch.ops.robocache._fuse_backward(
+        grad, values, times, query_times, ctx.lengths, ctx.modes, need_values, need_query)
+    return ([g if n else None for g, n in zip(grad_values, need_values)],
+            _no_grad_like(times),
+            grad_query if need_query else None,
+            _no_grad_like(ctx.lengths),
+            _no_grad_like(ctx.modes))
+
+
+torch.library.register_autograd(
+    "robocache::fuse", _fuse_backward, setup_context=_fuse_setup_context)
+
+
+# ---------------------------------------------------------------------------
 # The earlier Python API, kept working as written.
 # ---------------------------------------------------------------------------
 
@@ -128,3 +245,16 @@ def resample_trajectories(src, src_t, tgt_t, backend=None):
     if _use_reference(backend, src, src_t, tgt_t):
         return reference.resample(src, src_t, tgt_t)
     return resample(src, src_t, tgt_t)
+
+
+def fuse_multimodal(vision, vision_t, proprio, proprio_t, force, force_t, target_t, backend=None):
+    """Three streams (vision, proprioception, force) linearly onto ``target_t``,
+    as in robocache's first API: returns (B, T, D_vision + D_proprio + D_force).
+
+    ``backend="pytorch"`` runs the pure-PyTorch reference; None, "auto" or
+    "robocache" run the operator; "cuda" runs the operator and insists on CUDA.
+    """
+    streams = [(vision, vision_t), (proprio, proprio_t), (force, force_t)]
+    if _use_reference(backend, vision, vision_t, proprio, proprio_t, force, force_t, target_t):
+        return reference.fuse(streams, target_t)
+    return fuse(streams, target_t)

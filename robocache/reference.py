@@ -73,3 +73,22 @@ def resample(values, times, query_times, lengths=None, mode="linear"):
         out = v0
     out = torch.where(nan.unsqueeze(-1), torch.full_like(out, torch.nan), out)
     return out.to(values.dtype)
+
+
+def fuse(streams, query_times, modes="linear"):
+    """Reference for :func:`robocache.fuse`: per-stream resample, then concatenate.
+
+    ``streams`` is a sequence of (values, times[, lengths]) tuples or a mapping
+    of name -> tuple; ``modes`` a mode for all, or one per stream.
+    """
+    entries = list(streams.values()) if isinstance(streams, dict) else list(streams)
+    if isinstance(modes, str):
+        modes = [modes] * len(entries)
+    elif isinstance(modes, dict):
+        modes = [modes.get(n, "linear") for n in streams]
+    outs = []
+    for entry, mode in zip(entries, modes):
+        values, times = entry[0], entry[1]
+        lengths = entry[2] if len(entry) == 3 else None
+        outs.append(resample(values, times, query_times, lengths, mode))
+    return torch.cat(outs, dim=-1)

@@ -27,10 +27,9 @@ std::tuple<at::Tensor, at::Tensor> resample_backward_meta(
     const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
     c10::string_view mode, bool values_grad, bool query_grad) {
   parse_mode(mode, kOp);
-  check_resample_inputs(values, times, query_times, lengths, kOp);
-  TORCH_CHECK_VALUE(!query_grad || at::isFloatingType(query_times.scalar_type()), kOp,
-                    ": query_times of dtype ", query_times.scalar_type(),
-                    " cannot receive a gradient");
+  const auto n = check_resample_inputs(values, times, query_times, lengths, kOp);
+  check_grad_out(grad_out, n.B, n.T, n.D, kOp);
+  check_query_grad(query_times, query_grad, kOp);
   at::Tensor gv = values_grad ? at::empty_symint(values.sym_sizes(), values.options())
                               : at::empty({0}, values.options());
   at::Tensor gq = query_grad ? at::empty_symint(query_times.sym_sizes(), query_times.options())

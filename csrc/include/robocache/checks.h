@@ -9,6 +9,10 @@
 #include <c10/core/SymInt.h>
 #include <c10/util/Optional.h>
 #include <c10/util/string_view.h>
+#include <ATen/core/List.h>
+
+#include <string>
+#include <vector>
 
 #include "robocache/interp.h"
 
@@ -27,6 +31,33 @@ ResampleSizes check_resample_inputs(const at::Tensor& values, const at::Tensor& 
                                     const at::Tensor& query_times,
                                     const std::optional<at::Tensor>& lengths,
                                     const std::string& op);
+
+struct MultiStreamSizes {
+  c10::SymInt B, T, D_total;
+};
+
+// Validate K >= 1 streams (each as resample's inputs) and their agreement:
+// one values dtype, one times dtype, one device, one batch size. Messages
+// name the stream index.
+MultiStreamSizes check_multi_stream_inputs(at::TensorList values, at::TensorList times,
+                                           const at::Tensor& query_times,
+                                           const std::vector<std::optional<at::Tensor>>& lengths,
+                                           const std::string& op);
+
+// lengths as given to fuse: empty (no lengths) or one entry per stream.
+std::vector<std::optional<at::Tensor>> lengths_per_stream(
+    const c10::List<std::optional<at::Tensor>>& lengths, size_t K, const std::string& op);
+
+// modes as given to fuse: empty (all linear), one (for every stream) or one per stream.
+std::vector<Mode> modes_per_stream(const std::vector<std::string>& modes, size_t K,
+                                   const std::string& op);
+
+// grad_out of a backward must have the forward output's shape (B, T, D_total).
+void check_grad_out(const at::Tensor& grad_out, const c10::SymInt& B, const c10::SymInt& T,
+                    const c10::SymInt& D_total, const std::string& op);
+
+// A query gradient needs floating-point query times.
+void check_query_grad(const at::Tensor& query_times, bool query_grad, const std::string& op);
 
 // On the CPU the lengths can be read for free: reject any outside [1, S].
 void check_lengths_values_cpu(const at::Tensor& lengths, int64_t S, const std::string& op);

@@ -5,38 +5,10 @@
 #pragma once
 
 #include "robocache/interp.h"
+#include "robocache/stream.h"
 #include "robocache/vec.cuh"
 
 namespace robocache {
-
-// One stream of samples: values (B, S, D) with unit stride along D, times
-// (B, S) or shared (S,) (batch stride 0), optional lengths (B,).
-template <typename value_t, typename stamp_t>
-struct StreamArgs {
-  const value_t* values;
-  int64_t v_bstride, v_sstride;
-  const stamp_t* times;
-  int64_t t_bstride, t_stride;
-  const int64_t* lengths;  // nullptr: every row has S valid samples
-  int64_t S, D;
-  Mode mode;
-};
-
-// The queries, (B, T) or shared (T,).
-template <typename stamp_t>
-struct QueryArgs {
-  const stamp_t* query;
-  int64_t q_bstride, q_stride;
-  int64_t T;
-};
-
-template <typename value_t, typename stamp_t>
-__device__ __forceinline__ Location<weight_t<stamp_t>> locate_query(
-    const StreamArgs<value_t, stamp_t>& s, const QueryArgs<stamp_t>& q, int64_t b, int64_t t) {
-  const int64_t L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
-  return locate(s.times + b * s.t_bstride, s.t_stride, L, q.query[b * q.q_bstride + t * q.q_stride],
-                s.mode);
-}
 
 // Writes the D resampled channels of query (b, t) to dst (unit stride).
 template <int VEC, typename value_t, typename stamp_t>

@@ -1,0 +1,167 @@
+// CPU kernels shared by resample (one stream) and fuse (K streams).
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "robocache/dispatch.h"
+#include "robocache/interp.h"
+#include "robocache/interp_kernels.h"
+
+namespace robocache {
+namespace {
+
+template <typename value_t, typename stamp_t>
+std::vector<StreamArgs<value_t, stamp_t>> streams_of(const MultiStreamInputs& in) {
+  std::vector<StreamArgs<value_t, stamp_t>> s;
+  for (size_t k = 0; k < in.values.size(); ++k)
+    s.push_back(stream_args<value_t, stamp_t>(in.values[k], in.times[k], in.lengths[k], in.modes[k]));
+  return s;
+}
+
+template <typename value_t, typename stamp_t>
+void write_channels(const StreamArgs<value_t, stamp_t>& s, const Location<weight_t<stamp_t>>& loc,
+                    int64_t b, value_t* __restrict__ dst) {
+  using C = compute_t<value_t>;
+  if (loc.nan) {
+    std::fill(dst, dst + s.D, value_t(std::numeric_limits<C>::quiet_NaN()));
+    return;
+  }
+  const value_t* __restrict__ r0 = s.values + b * s.v_bstride + loc.i0 * s.v_sstride;
+  const value_t* __restrict__ r1 = s.values + b * s.v_bstride + loc.i1 * s.v_sstride;
+  const C w = C(loc.w);
+  if (w == C(0)) {
+    std::copy(r0, r0 + s.D, dst);
+    return;
+  }
+  for (int64_t d = 0; d < s.D; ++d) {
+    const C a = C(r0[d]);
+    dst[d] = value_t(a + w * (C(r1[d]) - a));
+  }
+}
+
+template <typename value_t, typename stamp_t>
+void forward_impl(const MultiStreamInputs& in, const std::vector<int64_t>& cols, at::Tensor& out) {
+  const auto streams = streams_of<value_t, stamp_t>(in);
+  const auto q = query_args<stamp_t>(in.query);
+  const int64_t T = out.size(1), row_len = out.size(2);
+  value_t* o = out.data_ptr<value_t>();
+  const int64_t grain = std::max<int64_t>(1, 2048 / std::max<int64_t>(row_len, 1));
+  at::parallel_for(0, out.size(0) * T, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t b = i / T, t = i - b * T;
+      for (size_t k = 0; k < streams.size(); ++k) {
+        write_channels(streams[k], locate_query(streams[k], q, b, t), b, o + i * row_len + cols[k]);
+      }
+    }
+  });
+}
+
+// Deterministic: each batch row accumulates its own gradient rows, in order.
+template <typename value_t, typename stamp_t>
+void backward_impl(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
+                   const at::Tensor& grad, const std::vector<compute_t<value_t>*>& gv,
+                   weight_t<stamp_t>* gq) {
+  using C = compute_t<value_t>;
+  using W = weight_t<stamp_t>;
+  const auto streams = streams_of<value_t, stamp_t>(in);
+  const auto q = query_args<stamp_t>(in.query);
+  const int64_t B = grad.size(0), T = grad.size(1), row_len = grad.size(2);
+  const value_t* g = grad.data_ptr<value_t>();
+  at::parallel_for(0, B, 1, [&](int64_t b_begin, int64_t b_end) {
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      for (int64_t t = 0; t < T; ++t) {
+        W slope = W(0);
+        for (size_t k = 0; k < streams.size(); ++k) {
+          const auto& s = streams[k];
+          const auto loc = locate_query(s, q, b, t);
+          if (loc.nan) continue;
+          const value_t* gr = g + (b * T + t) * row_len + cols[k];
+          const C w = C(loc.w);
+          if (gv[k]) {
+            C* a0 = gv[k] + (b * s.S + loc.i0) * s.D;
+            C* a1 = gv[k] + (b * s.S + loc.i1) * s.D;
+            for (int64_t d = 0; d < s.D; ++d) {
+              const C gd = C(gr[d]);
+              a0[d] += gd - w * gd;
+              a1[d] += w * gd;
+            }
+          }
+          if (gq && loc.dt != W(0)) {
+            const value_t* r0 = s.values + b * s.v_bstride + loc.i0 * s.v_sstride;
+            const value_t* r1 = s.values + b * s.v_bstride + loc.i1 * s.v_sstride;
+            C acc = C(0);
+            for (int64_t d = 0; d < s.D; ++d) acc += C(gr[d]) * (C(r1[d]) - C(r0[d]));
+            slope += W(acc) / loc.dt;
+          }
+        }
+        if (gq) gq[b * T + t] = slope;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+at::Tensor multi_stream_forward_cpu(const MultiStreamInputs& in, const char* op) {
+  (void)op;
+  int64_t total = 0;
+  const auto cols = column_offsets(in, &total);
+  const at::Tensor& v0 = in.values[0];
+  at::Tensor out = at::empty({v0.size(0), in.query.size(-1), total}, v0.options());
+  if (out.numel() == 0) return out;
+  ROBOCACHE_DISPATCH_VALUE_TYPES(v0.scalar_type(), "robocache_forward_cpu", [&] {
+    using value_t = scalar_t;
+    ROBOCACHE_DISPATCH_TIME_TYPES(in.query.scalar_type(), "robocache_forward_cpu", [&] {
+      forward_impl<value_t, scalar_t>(in, cols, out);
+    });
+  });
+  return out;
+}
+
+std::tuple<std::vector<at::Tensor>, at::Tensor> multi_stream_backward_cpu(
+    const MultiStreamInputs& in, const at::Tensor& grad_out, const std::vector<bool>& values_grad,
+    bool query_grad, const char* op) {
+  (void)op;
+  int64_t total = 0;
+  const auto cols = column_offsets(in, &total);
+  const at::Tensor& v0 = in.values[0];
+  const int64_t B = v0.size(0), T = in.query.size(-1);
+  const auto acc_dtype = v0.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto w_dtype = in.query.scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
+  const at::Tensor grad = grad_out.to(v0.scalar_type()).contiguous();
+  std::vector<at::Tensor> acc;
+  for (size_t k = 0; k < in.values.size(); ++k) {
+    acc.push_back(values_grad[k] ? at::zeros(in.values[k].sizes(), v0.options().dtype(acc_dtype))
+                                 : at::Tensor());
+  }
+  at::Tensor gq = query_grad ? at::zeros({B, T}, in.query.options().dtype(w_dtype))
+                             : at::empty({0}, in.query.options());
+  if (B * T > 0) {
+    ROBOCACHE_DISPATCH_VALUE_TYPES(v0.scalar_type(), "robocache_backward_cpu", [&] {
+      using value_t = scalar_t;
+      ROBOCACHE_DISPATCH_TIME_TYPES(in.query.scalar_type(), "robocache_backward_cpu", [&] {
+        using stamp_t = scalar_t;
+        std::vector<compute_t<value_t>*> gv;
+        for (const auto& a : acc) gv.push_back(a.defined() ? a.data_ptr<compute_t<value_t>>() : nullptr);
+        backward_impl<value_t, stamp_t>(in, cols, grad, gv,
+                                        query_grad ? gq.data_ptr<weight_t<stamp_t>>() : nullptr);
+      });
+    });
+  }
+  std::vector<at::Tensor> grad_values;
+  for (size_t k = 0; k < acc.size(); ++k) {
+    grad_values.push_back(acc[k].defined() ? acc[k].to(v0.scalar_type())
+                                           : at::empty({0}, v0.options()));
+  }
+  if (query_grad) {
+    if (in.query.dim() == 1) gq = gq.sum(0);
+    gq = gq.to(in.query.scalar_type());
+  }
+  return {grad_values, gq};
+}
+
+}  // namespace robocache

@@ -1,0 +1,55 @@
+// Meta (shape) kernels for robocache::fuse and its backward; symbolic sizes only.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "robocache/checks.h"
+
+namespace robocache {
+namespace {
+
+constexpr const char* kOp = "robocache.fuse";
+
+MultiStreamSizes checked_sizes(at::TensorList values, at::TensorList times,
+                               const at::Tensor& query_times,
+                               const c10::List<std::optional<at::Tensor>>& lengths,
+                               const std::vector<std::string>& modes) {
+  const auto len = lengths_per_stream(lengths, values.size(), kOp);
+  modes_per_stream(modes, values.size(), kOp);
+  return check_multi_stream_inputs(values, times, query_times, len, kOp);
+}
+
+at::Tensor fuse_meta(at::TensorList values, at::TensorList times, const at::Tensor& query_times,
+                     const c10::List<std::optional<at::Tensor>>& lengths,
+                     const std::vector<std::string>& modes) {
+  const auto n = checked_sizes(values, times, query_times, lengths, modes);
+  return at::empty_symint({n.B, n.T, n.D_total}, values[0].options());
+}
+
+std::tuple<std::vector<at::Tensor>, at::Tensor> fuse_backward_meta(
+    const at::Tensor& grad_out, at::TensorList values, at::TensorList times,
+    const at::Tensor& query_times, const c10::List<std::optional<at::Tensor>>& lengths,
+    const std::vector<std::string>& modes, const c10::List<bool>& values_grad, bool query_grad) {
+  const auto n = checked_sizes(values, times, query_times, lengths, modes);
+  TORCH_CHECK_VALUE(values_grad.size() == values.size(), kOp, ": values_grad has ",
+                    values_grad.size(), " entries for ", values.size(), " streams");
+  check_grad_out(grad_out, n.B, n.T, n.D_total, kOp);
+  check_query_grad(query_times, query_grad, kOp);
+  std::vector<at::Tensor> gv;
+  for (size_t k = 0; k < values.size(); ++k) {
+    gv.push_back(values_grad.get(k) ? at::empty_symint(values[k].sym_sizes(), values[k].options())
+                                    : at::empty({0}, values[k].options()));
+  }
+  at::Tensor gq = query_grad ? at::empty_symint(query_times.sym_sizes(), query_times.options())
+                             : at::empty({0}, query_times.options());
+  return {gv, gq};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(robocache, Meta, m) {
+  m.impl("fuse", &fuse_meta);
+  m.impl("_fuse_backward", &fuse_backward_meta);
+}
+
+}  // namespace robocache

@@ -175,6 +175,108 @@ void check_query_grad(const at::Tensor& query_times, bool query_grad, const std:
                     " cannot receive a gradient");
 }
 
+Reduce parse_reduce(c10::string_view reduce, const char* op) {
+  if (reduce == "occupancy") return Reduce::Occupancy;
+  if (reduce == "count") return Reduce::Count;
+  if (reduce == "sum") return Reduce::Sum;
+  if (reduce == "mean") return Reduce::Mean;
+  if (reduce == "max") return Reduce::Max;
+  TORCH_CHECK_VALUE(false, op,
+                    ": reduce must be 'occupancy', 'count', 'sum', 'mean' or 'max'; got '",
+                    std::string(reduce), "'");
+}
+
+VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
+                                    const std::optional<at::Tensor>& features,
+                                    const std::optional<at::Tensor>& lengths,
+                                    c10::SymIntArrayRef grid_size, at::ArrayRef<double> voxel_size,
+                                    at::ArrayRef<double> origin, Reduce reduce,
+                                    const std::string& op) {
+  TORCH_CHECK_VALUE((points.dim() == 2 || points.dim() == 3) && points.sym_size(-1) == 3, op,
+                    ": points must be (B, N, 3) or (N, 3); got shape ", shape_str(points));
+  TORCH_CHECK_TYPE(points.scalar_type() == at::kFloat || points.scalar_type() == at::kDouble, op,
+                   ": points must be float32 or float64; got ", points.scalar_type());
+  VoxelizeSizes n{points.dim() == 3, points.dim() == 3 ? points.sym_size(0) : c10::SymInt(1),
+                  points.sym_size(-2), 0};
+  TORCH_CHECK_VALUE(grid_size.size() == 3, op, ": grid_size must have 3 entries (X, Y, Z); got ",
+                    grid_size.size());
+  for (size_t a = 0; a < 3; ++a) {
+    ROBOCACHE_SYM_CHECK(grid_size[a].sym_gt(0), op, ": grid_size must be positive; got ",
+                        grid_size);
+  }
+  TORCH_CHECK_VALUE(voxel_size.size() == 1 || voxel_size.size() == 3, op,
+                    ": voxel_size must have 1 or 3 entries; got ", voxel_size.size());
+  for (double v : voxel_size) {
+    TORCH_CHECK_VALUE(std::isfinite(v) && v > 0, op,
+                      ": voxel_size must be positive and finite; got ", voxel_size);
+  }
+  TORCH_CHECK_VALUE(origin.size() == 3, op, ": origin must have 3 entries; got ", origin.size());
+  for (double v : origin) {
+    TORCH_CHECK_VALUE(std::isfinite(v), op, ": origin must be finite; got ", origin);
+  }
+  if (reduce_needs_features(reduce)) {
+    TORCH_CHECK_VALUE(features.has_value(), op, ": reduce='",
+                      reduce == Reduce::Sum ? "sum" : reduce == Reduce::Mean ? "mean" : "max",
+                      "' needs features; got None");
+  } else {
+    TORCH_CHECK_VALUE(!features.has_value(), op, ": reduce='",
+                      reduce == Reduce::Count ? "count" : "occupancy",
+                      "' takes no features; got features of shape ",
+                      features.has_value() ? shape_str(*features) : std::string());
+  }
+  if (features.has_value()) {
+    const at::Tensor& f = *features;
+    TORCH_CHECK_VALUE(f.dim() == points.dim(), op, ": features must be ",
+                      points.dim() == 3 ? "(B, N, C)" : "(N, C)", " like points ",
+                      shape_str(points), "; got shape ", shape_str(f));
+    TORCH_CHECK_TYPE(is_value_dtype(f.scalar_type()), op,
+                     ": features must be float32, float64, float16 or bfloat16; got ",
+                     f.scalar_type());
+    TORCH_CHECK_VALUE(f.device() == points.device(), op,
+                      ": features must be on the same device as points; got points on ",
+                      points.device(), " and features on ", f.device());
+    ROBOCACHE_SYM_CHECK(f.sym_size(-2).sym_eq(n.N), op, ": features has ", f.sym_size(-2),
+                        " points but points has ", n.N, "; got points shape ", shape_str(points),
+                        " and features shape ", shape_str(f));
+    if (n.batched) {
+      ROBOCACHE_SYM_CHECK(f.sym_size(0).sym_eq(n.B), op, ": features has batch size ",
+                          f.sym_size(0), " but points has ", n.B);
+    }
+    n.C = f.sym_size(-1);
+  }
+  if (lengths.has_value()) {
+    const at::Tensor& len = *lengths;
+    TORCH_CHECK_TYPE(len.scalar_type() == at::kLong, op, ": lengths must be int64; got ",
+                     len.scalar_type());
+    TORCH_CHECK_VALUE(len.dim() == 1, op, ": lengths must be 1-D (B,); got shape ",
+                      shape_str(len));
+    ROBOCACHE_SYM_CHECK(len.sym_size(0).sym_eq(n.B), op, ": lengths must have B = ", n.B,
+                        " entries; got shape ", shape_str(len));
+    TORCH_CHECK_VALUE(len.device() == points.device(), op,
+                      ": lengths must be on the same device as points; got points on ",
+                      points.device(), " and lengths on ", len.device());
+  }
+  return n;
+}
+
+std::vector<c10::SymInt> voxelize_result_shape(const VoxelizeSizes& n,
+                                               c10::SymIntArrayRef grid_size, Reduce reduce) {
+  std::vector<c10::SymInt> shape;
+  if (n.batched) shape.push_back(n.B);
+  if (reduce_needs_features(reduce)) shape.push_back(n.C);
+  for (const auto& g : grid_size) shape.push_back(g);
+  return shape;
+}
+
+void check_point_lengths_cpu(const at::Tensor& lengths, int64_t N, const std::string& op) {
+  const at::Tensor len = lengths.contiguous();
+  const int64_t* p = len.data_ptr<int64_t>();
+  for (int64_t b = 0; b < len.numel(); ++b) {
+    TORCH_CHECK_VALUE(p[b] >= 0 && p[b] <= N, op, ": lengths[", b, "] = ", p[b],
+                      " is outside [0, N] with N = ", N);
+  }
+}
+
 void check_lengths_values_cpu(const at::Tensor& lengths, int64_t S, const std::string& op) {
   const at::Tensor len = lengths.contiguous();
   const int64_t* p = len.data_ptr<int64_t>();

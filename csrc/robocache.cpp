@@ -45,4 +45,16 @@ TORCH_LIBRARY(robocache, m) {
       "Tensor?[] lengths, str[] modes, bool[] values_grad, bool query_grad) "
       "-> (Tensor[], Tensor)",
       {at::Tag::pt2_compliant_tag});
+  // Point clouds into dense voxel grids. reduce: occupancy | count | sum | mean | max.
+  m.def(
+      "voxelize(Tensor points, Tensor? features, Tensor? lengths, SymInt[] grid_size, "
+      "float[] voxel_size, float[] origin, str reduce=\"occupancy\") -> Tensor",
+      {at::Tag::pt2_compliant_tag});
+  // Gradient of features for sum, mean and max; `result` is voxelize's output
+  // (read for max, whose gradient goes to the lowest-index point at the max).
+  m.def(
+      "_voxelize_backward(Tensor grad, Tensor points, Tensor features, Tensor? lengths, "
+      "SymInt[] grid_size, float[] voxel_size, float[] origin, str reduce, Tensor result) "
+      "-> Tensor",
+      {at::Tag::pt2_compliant_tag});
 }

@@ -40,6 +40,8 @@ from ._ops import (  # noqa: E402
     is_cuda_available,
     resample,
     resample_trajectories,
+    voxelize,
+    voxelize_point_cloud,
 )
 
 __version__ = "0.1.0"
@@ -52,4 +54,6 @@ __all__ = [
     "reference",
     "resample",
     "resample_trajectories",
+    "voxelize",
+    "voxelize_point_cloud",
 ]

@@ -220,6 +220,94 @@ torch.library.register_autograd(
 
 
 # ---------------------------------------------------------------------------
+# voxelize
+# ---------------------------------------------------------------------------
+
+_REDUCES = ("occupancy", "count", "sum", "mean", "max")
+
+
+def _as_floats(x, name, n):
+    """A float, sequence or tensor -> list of n floats (a 1-value input is repeated)."""
+    if torch.is_tensor(x):
+        x = x.detach().cpu().flatten().tolist()  # read on the host: a GPU tensor syncs once
+    elif isinstance(x, (int, float)):
+        x = [x]
+    x = [float(v) for v in x]
+    if n == 3 and len(x) == 1 and name == "voxel_size":
+        return x
+    if len(x) != n:
+        raise ValueError(f"robocache.voxelize: {name} must have {n} values; got {len(x)}")
+    return x
+
+
+def voxelize(points, grid_size, voxel_size, origin, *, features=None, lengths=None,
+             reduce="occupancy", check=False):
+    """Batched point clouds into dense voxel grids.
+
+    Args:
+        points: (B, N, 3) or (N, 3) float32/float64 xyz.
+        grid_size: (X, Y, Z) voxels per axis.
+        voxel_size: one edge length, or three (x, y, z).
+        origin: the grid's min corner (3 values; a sequence or a tensor, read
+            on the host).
+        features: (B, N, C) or (N, C) per-point features for
+            ``sum``/``mean``/``max`` (float32, float64, float16, bfloat16).
+        lengths: optional (B,) int64 valid points per cloud; padding past it
+            is ignored.
+        reduce: ``"occupancy"``, ``"count"``, ``"sum"``, ``"mean"`` or ``"max"``.
+        check: validate ``lengths`` (in [0, N]) on any device and raise; on a
+            GPU this synchronizes the host.
+
+    A point lands in voxel ``floor((p - origin) / voxel_size)`` per axis and is
+    kept only when ``0 <= index < grid_size`` on every axis (half-open, as in
+    mmcv and spconv); NaN and infinite points are dropped.
+
+    Returns (indexing is x first: ``grid[b, c, ix, iy, iz]``):
+        occupancy: (B, X, Y, Z) 0/1 in the points' dtype; count: (B, X, Y, Z)
+        int32; sum, mean, max: (B, C, X, Y, Z) in the features' dtype, empty
+        voxels 0. A single (N, 3) cloud drops the B dimension.
+
+    Gradients flow to ``features`` for sum, mean and max (max: to the
+    lowest-index point at the maximum); nothing flows to ``points``.
+    """
+    if reduce not in _REDUCES:
+        raise ValueError(f"robocache.voxelize: reduce must be one of {_REDUCES}; got {reduce!r}")
+    grid = [int(g) for g in grid_size] if not isinstance(grid_size, torch.SymInt) else grid_size
+    if check and lengths is not None:
+        N = points.shape[-2]
+        bad = ((lengths < 0) | (lengths > N)).nonzero()
+        if bad.numel():
+            b = int(bad[0, 0])
+            raise ValueError(f"robocache.voxelize: lengths[{b}] = {int(lengths[b])} is outside "
+                             f"[0, N] with N = {N}")
+    return torch.ops.robocache.voxelize(
+        points, features, lengths, grid, _as_floats(voxel_size, "voxel_size", 3),
+        _as_floats(origin, "origin", 3), reduce)
+
+
+def _voxelize_setup_context(ctx, inputs, output):
+    points, features, lengths, grid_size, voxel_size, origin, reduce = inputs
+    ctx.args = (grid_size, voxel_size, origin, reduce)
+    ctx.save_for_backward(points, features, lengths, output if reduce == "max" else None)
+
+
+def _voxelize_backward(ctx, grad):
+    points, features, lengths, result = ctx.saved_tensors
+    grid_size, voxel_size, origin, reduce = ctx.args
+    grad_features = None
+    if ctx.needs_input_grad[1]:
+        if result is None:
+            result = grad  # only max reads it; this keeps the schema's shape check simple
+        grad_features = torch.ops.robocache._voxelize_backward(
+            grad, points, features, lengths, grid_size, voxel_size, origin, reduce, result)
+    return None, grad_features, None, None, None, None, None
+
+
+torch.library.register_autograd(
+    "robocache::voxelize", _voxelize_backward, setup_context=_voxelize_setup_context)
+
+
+# ---------------------------------------------------------------------------
 # The earlier Python API, kept working as written.
 # ---------------------------------------------------------------------------
 
@@ -258,3 +346,16 @@ def fuse_multimodal(vision, vision_t, proprio, proprio_t, force, force_t, target
     if _use_reference(backend, vision, vision_t, proprio, proprio_t, force, force_t, target_t):
         return reference.fuse(streams, target_t)
     return fuse(streams, target_t)
+
+
+def voxelize_point_cloud(points, grid_size, voxel_size, origin, backend=None):
+    """A float occupancy grid of shape ``grid_size`` (or (B, *grid_size) for a
+    batch), as in robocache's first API. ``voxel_size`` is a float (or three);
+    ``origin`` a tensor or a sequence.
+
+    ``backend="pytorch"`` runs the pure-PyTorch reference; None, "auto" or
+    "robocache" run the operator; "cuda" runs the operator and insists on CUDA.
+    """
+    if _use_reference(backend, points):
+        return reference.voxelize(points, grid_size, voxel_size, origin)
+    return voxelize(points, grid_size, voxel_size, origin)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "robocache/interp.h"
+#include "robocache/voxel.h"
 
 namespace robocache {
 
@@ -58,6 +59,29 @@ void check_grad_out(const at::Tensor& grad_out, const c10::SymInt& B, const c10:
 
 // A query gradient needs floating-point query times.
 void check_query_grad(const at::Tensor& query_times, bool query_grad, const std::string& op);
+
+Reduce parse_reduce(c10::string_view reduce, const char* op);
+
+struct VoxelizeSizes {
+  bool batched;           // points were (B, N, 3); else (N, 3), treated as B = 1
+  c10::SymInt B, N, C;    // C = 0 without features
+};
+
+// Validate voxelize's arguments; messages name the argument and what it got.
+VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
+                                    const std::optional<at::Tensor>& features,
+                                    const std::optional<at::Tensor>& lengths,
+                                    c10::SymIntArrayRef grid_size, at::ArrayRef<double> voxel_size,
+                                    at::ArrayRef<double> origin, Reduce reduce,
+                                    const std::string& op);
+
+// The voxelize result's shape: (B,) X, Y, Z for occupancy and count,
+// (B,) C, X, Y, Z for the feature reductions (B only when batched).
+std::vector<c10::SymInt> voxelize_result_shape(const VoxelizeSizes& n,
+                                               c10::SymIntArrayRef grid_size, Reduce reduce);
+
+// On the CPU the voxelize lengths can be read: each must be in [0, N].
+void check_point_lengths_cpu(const at::Tensor& lengths, int64_t N, const std::string& op);
 
 // On the CPU the lengths can be read for free: reject any outside [1, S].
 void check_lengths_values_cpu(const at::Tensor& lengths, int64_t S, const std::string& op);

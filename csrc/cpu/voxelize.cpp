@@ -1,0 +1,193 @@
+// CPU kernels for robocache::voxelize and robocache::_voxelize_backward.
+// Clouds run in parallel; the points of one cloud are visited in order, so
+// every reduction (float sums included) is deterministic.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
+
+#include <limits>
+
+#include "robocache/checks.h"
+#include "robocache/dispatch.h"
+#include "robocache/voxel.h"
+
+namespace robocache {
+namespace {
+
+constexpr const char* kOp = "robocache.voxelize";
+
+VoxelInputs checked_inputs(const at::Tensor& points, const std::optional<at::Tensor>& features,
+                           const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
+                           at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
+                           c10::string_view reduce_str) {
+  const Reduce reduce = parse_reduce(reduce_str, kOp);
+  const auto n = check_voxelize_inputs(points, features, lengths, c10::fromIntArrayRefSlow(grid_size),
+                                       voxel_size, origin, reduce, kOp);
+  if (lengths.has_value()) check_point_lengths_cpu(*lengths, n.N.expect_int(), kOp);
+  return prepare_voxel_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce);
+}
+
+// Accumulates one pass over the points; acc is (B, C, cells) and counts
+// (B, cells), either may be null when the reduce does not use it.
+template <typename point_t, typename feat_t>
+void accumulate(const VoxelInputs& in, compute_t<feat_t>* acc, int32_t* counts, point_t* occupancy) {
+  using A = compute_t<feat_t>;
+  const auto a = voxel_args<point_t, feat_t>(in);
+  const int64_t cells = in.cells();
+  const Reduce r = in.reduce;
+  at::parallel_for(0, a.B, 1, [&](int64_t b_begin, int64_t b_end) {
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      for (int64_t n = 0; n < a.N; ++n) {
+        const int64_t v = point_voxel(a, b, n);
+        if (v < 0) continue;
+        if (occupancy) occupancy[b * cells + v] = point_t(1);
+        if (counts) counts[b * cells + v] += 1;
+        if (acc) {
+          const feat_t* f = a.features + b * a.f_bstride + n * a.f_nstride;
+          A* dst = acc + b * a.C * cells + v;
+          for (int64_t c = 0; c < a.C; ++c) {
+            const A x = A(f[c * a.f_cstride]);
+            A& slot = dst[c * cells];
+            if (r == Reduce::Max) {
+              // NaN propagates, like torch.amax.
+              if (x > slot || x != x) slot = x;
+            } else {
+              slot += x;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+at::Tensor voxelize_cpu(const at::Tensor& points, const std::optional<at::Tensor>& features,
+                        const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
+                        at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
+                        c10::string_view reduce_str) {
+  const auto in = checked_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str);
+  const int64_t B = in.B(), C = in.C(), cells = in.cells();
+  at::Tensor result;
+  AT_DISPATCH_FLOATING_TYPES(points.scalar_type(), "voxelize_cpu", [&] {
+    using point_t = scalar_t;
+    switch (in.reduce) {
+      case Reduce::Occupancy:
+        result = at::zeros({B, cells}, points.options());
+        accumulate<point_t, float>(in, nullptr, nullptr, result.data_ptr<point_t>());
+        break;
+      case Reduce::Count:
+        result = at::zeros({B, cells}, points.options().dtype(at::kInt));
+        accumulate<point_t, float>(in, nullptr, result.data_ptr<int32_t>(), nullptr);
+        break;
+      default:
+        ROBOCACHE_DISPATCH_VALUE_TYPES(in.features.scalar_type(), "voxelize_cpu", [&] {
+          using feat_t = scalar_t;
+          using A = compute_t<feat_t>;
+          const auto acc_opts = in.features.options().dtype(c10::CppTypeToScalarType<A>::value);
+          at::Tensor acc = in.reduce == Reduce::Max
+                               ? at::full({B, C, cells}, -std::numeric_limits<A>::infinity(), acc_opts)
+                               : at::zeros({B, C, cells}, acc_opts);
+          at::Tensor counts;
+          if (in.reduce != Reduce::Sum) counts = at::zeros({B, 1, cells}, points.options().dtype(at::kInt));
+          accumulate<point_t, feat_t>(in, acc.data_ptr<A>(), counts.defined() ? counts.data_ptr<int32_t>() : nullptr,
+                                      nullptr);
+          if (in.reduce == Reduce::Mean) {
+            acc = acc.div(counts.clamp_min(1));
+          } else if (in.reduce == Reduce::Max) {
+            acc.masked_fill_(counts.eq(0), 0);  // empty voxels are 0
+          }
+          result = acc.to(in.features.scalar_type());
+        });
+    }
+  });
+  std::vector<int64_t> shape;
+  if (in.batched) shape.push_back(B);
+  if (reduce_needs_features(in.reduce)) shape.push_back(C);
+  for (int k = 0; k < 3; ++k) shape.push_back(in.grid[k]);
+  return result.view(shape);
+}
+
+template <typename point_t, typename feat_t>
+void backward_impl(const VoxelInputs& in, const at::Tensor& grad, const at::Tensor& result,
+                   at::Tensor& grad_features) {
+  using A = compute_t<feat_t>;
+  const auto a = voxel_args<point_t, feat_t>(in);
+  const int64_t cells = in.cells(), C = a.C;
+  const feat_t* g = grad.data_ptr<feat_t>();
+  const feat_t* res = result.data_ptr<feat_t>();
+  feat_t* gf = grad_features.data_ptr<feat_t>();
+  at::parallel_for(0, a.B, 1, [&](int64_t b_begin, int64_t b_end) {
+    std::vector<int32_t> counts, first;
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      if (in.reduce == Reduce::Mean) {
+        counts.assign(cells, 0);
+        for (int64_t n = 0; n < a.N; ++n) {
+          const int64_t v = point_voxel(a, b, n);
+          if (v >= 0) counts[v] += 1;
+        }
+      } else if (in.reduce == Reduce::Max) {
+        // The lowest-index point at each voxel's max takes its gradient.
+        first.assign(C * cells, -1);
+        for (int64_t n = 0; n < a.N; ++n) {
+          const int64_t v = point_voxel(a, b, n);
+          if (v < 0) continue;
+          const feat_t* f = a.features + b * a.f_bstride + n * a.f_nstride;
+          for (int64_t c = 0; c < C; ++c) {
+            const int64_t e = c * cells + v;
+            if (first[e] < 0 && A(f[c * a.f_cstride]) == A(res[b * C * cells + e])) first[e] = int32_t(n);
+          }
+        }
+      }
+      for (int64_t n = 0; n < a.N; ++n) {
+        const int64_t v = point_voxel(a, b, n);
+        feat_t* out = gf + (b * a.N + n) * C;
+        for (int64_t c = 0; c < C; ++c) {
+          A x = A(0);
+          if (v >= 0) {
+            const int64_t e = c * cells + v;
+            const A gv = A(g[b * C * cells + e]);
+            if (in.reduce == Reduce::Sum) x = gv;
+            if (in.reduce == Reduce::Mean) x = gv / A(counts[v]);
+            if (in.reduce == Reduce::Max && first[e] == n) x = gv;
+          }
+          out[c] = feat_t(x);
+        }
+      }
+    }
+  });
+}
+
+at::Tensor voxelize_backward_cpu(const at::Tensor& grad, const at::Tensor& points,
+                                 const at::Tensor& features, const std::optional<at::Tensor>& lengths,
+                                 at::IntArrayRef grid_size, at::ArrayRef<double> voxel_size,
+                                 at::ArrayRef<double> origin, c10::string_view reduce_str,
+                                 const at::Tensor& result) {
+  const auto in = checked_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str);
+  TORCH_CHECK_VALUE(reduce_needs_features(in.reduce), kOp,
+                    ": only sum, mean and max have a gradient; got reduce='", std::string(reduce_str), "'");
+  TORCH_CHECK_VALUE(grad.sizes() == result.sizes(), kOp, ": grad must have the result's shape ",
+                    result.sizes(), "; got ", grad.sizes());
+  const int64_t B = in.B(), C = in.C();
+  at::Tensor grad_features = at::empty({B, in.N(), C}, features.options());
+  const at::Tensor g = grad.to(features.scalar_type()).contiguous().view({B, C, in.cells()});
+  const at::Tensor res = result.contiguous().view({B, C, in.cells()});
+  AT_DISPATCH_FLOATING_TYPES(points.scalar_type(), "voxelize_backward_cpu", [&] {
+    using point_t = scalar_t;
+    ROBOCACHE_DISPATCH_VALUE_TYPES(features.scalar_type(), "voxelize_backward_cpu", [&] {
+      backward_impl<point_t, scalar_t>(in, g, res, grad_features);
+    });
+  });
+  return in.batched ? grad_features : grad_features.squeeze(0);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(robocache, CPU, m) {
+  m.impl("voxelize", &voxelize_cpu);
+  m.impl("_voxelize_backward", &voxelize_backward_cpu);
+}
+
+}  // namespace robocache

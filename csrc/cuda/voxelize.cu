@@ -1,0 +1,312 @@
+// CUDA kernels for robocache::voxelize and robocache::_voxelize_backward.
+//
+// Forward: one pass over the points (a thread per point), then, for mean and
+// max, one elementwise pass over the grid. occupancy is a plain store of 1;
+// count uses integer atomics and max an ordered-integer atomic max, so both
+// are exact and deterministic; sum and mean use float atomics and raise
+// PyTorch's nondeterminism alert. Backward gathers per point (sum, mean) or
+// finds each voxel's lowest-index argmax with an integer atomicMin (max).
+// Current stream, device guard, no host sync, int64 index math.
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <limits>
+
+#include "robocache/checks.h"
+#include "robocache/dispatch.h"
+#include "robocache/voxel.h"
+
+namespace robocache {
+namespace {
+
+constexpr const char* kOp = "robocache.voxelize";
+constexpr int kThreads = 256;
+
+unsigned int blocks_for(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  TORCH_CHECK(blocks <= int64_t(0x7fffffff), kOp, ": too many elements for one launch (", n, ")");
+  return static_cast<unsigned int>(std::max<int64_t>(blocks, 1));
+}
+
+// Atomic max on float/double through their bit patterns: non-negative values
+// order like signed integers, negative ones in reverse as unsigned integers.
+// A NaN stores the largest positive pattern, which then wins every compare,
+// so NaN propagates like torch.amax.
+__device__ __forceinline__ void atomic_max(float* addr, float x) {
+  if (x != x) {
+    atomicMax(reinterpret_cast<int*>(addr), 0x7fffffff);
+  } else if (x >= 0.0f) {
+    atomicMax(reinterpret_cast<int*>(addr), __float_as_int(x + 0.0f));  // -0 -> +0
+  } else {
+    atomicMin(reinterpret_cast<unsigned int*>(addr), __float_as_uint(x));
+  }
+}
+
+__device__ __forceinline__ void atomic_max(double* addr, double x) {
+  if (x != x) {
+    atomicMax(reinterpret_cast<long long*>(addr), 0x7fffffffffffffffLL);
+  } else if (x >= 0.0) {
+    atomicMax(reinterpret_cast<long long*>(addr), __double_as_longlong(x + 0.0));
+  } else {
+    atomicMin(reinterpret_cast<unsigned long long*>(addr),
+              static_cast<unsigned long long>(__double_as_longlong(x)));
+  }
+}
+
+template <typename point_t, typename feat_t>
+__global__ void __launch_bounds__(kThreads)
+    voxelize_points_kernel(const VoxelArgs<point_t, feat_t> a, Reduce reduce, int64_t cells,
+                           point_t* __restrict__ occupancy, int32_t* __restrict__ counts,
+                           compute_t<feat_t>* __restrict__ acc) {
+  using A = compute_t<feat_t>;
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= a.B * a.N) return;
+  const int64_t b = i / a.N, n = i - b * a.N;
+  const int64_t v = point_voxel(a, b, n);
+  if (v < 0) return;
+  const int64_t cell = b * cells + v;
+  switch (reduce) {
+    case Reduce::Occupancy:
+      occupancy[cell] = point_t(1);
+      return;
+    case Reduce::Count:
+      atomicAdd(counts + cell, 1);
+      return;
+    default:
+      break;
+  }
+  const feat_t* f = a.features + b * a.f_bstride + n * a.f_nstride;
+  A* dst = acc + b * a.C * cells + v;
+  if (reduce == Reduce::Max) {
+    counts[cell] = 1;  // marks the voxel non-empty
+    for (int64_t c = 0; c < a.C; ++c) atomic_max(dst + c * cells, A(f[c * a.f_cstride]));
+  } else {
+    if (reduce == Reduce::Mean) atomicAdd(counts + cell, 1);
+    for (int64_t c = 0; c < a.C; ++c) atomicAdd(dst + c * cells, A(f[c * a.f_cstride]));
+  }
+}
+
+// out[b, c, v] from the accumulators: the mean (sum / count), the max, or the
+// sum converted; empty voxels are 0.
+template <typename feat_t>
+__global__ void __launch_bounds__(kThreads)
+    finalize_kernel(const compute_t<feat_t>* __restrict__ acc, const int32_t* __restrict__ counts,
+                    Reduce reduce, int64_t C, int64_t cells, int64_t total,
+                    feat_t* __restrict__ out) {
+  using A = compute_t<feat_t>;
+  const int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (e >= total) return;
+  const int64_t b = e / (C * cells), v = e % cells;
+  A x = acc[e];
+  if (reduce != Reduce::Sum) {
+    const int32_t n = counts[b * cells + v];
+    x = n == 0 ? A(0) : (reduce == Reduce::Mean ? x / A(n) : x);
+  }
+  out[e] = feat_t(x);
+}
+
+// The no-host-sync contract for lengths: a cloud with a negative length
+// comes out visibly wrong (NaN, or -1 for counts) instead of silently empty.
+template <typename out_t>
+__global__ void __launch_bounds__(kThreads)
+    poison_negative_lengths_kernel(const int64_t* __restrict__ lengths, int64_t per_cloud,
+                                   int64_t total, out_t* __restrict__ out, out_t poison) {
+  const int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (e >= total) return;
+  if (lengths[e / per_cloud] < 0) out[e] = poison;
+}
+
+template <typename out_t>
+void poison_negative_lengths(const VoxelInputs& in, at::Tensor& out, out_t poison) {
+  if (!in.lengths.defined() || out.numel() == 0) return;
+  const int64_t total = out.numel();
+  poison_negative_lengths_kernel<out_t>
+      <<<blocks_for(total), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+          in.lengths.data_ptr<int64_t>(), total / in.B(), total, out.data_ptr<out_t>(), poison);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+VoxelInputs checked_inputs(const at::Tensor& points, const std::optional<at::Tensor>& features,
+                           const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
+                           at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
+                           c10::string_view reduce_str) {
+  const Reduce reduce = parse_reduce(reduce_str, kOp);
+  check_voxelize_inputs(points, features, lengths, c10::fromIntArrayRefSlow(grid_size), voxel_size,
+                        origin, reduce, kOp);
+  return prepare_voxel_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce);
+}
+
+at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tensor>& features,
+                         const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
+                         at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
+                         c10::string_view reduce_str) {
+  const auto in = checked_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str);
+  const c10::cuda::CUDAGuard guard(points.device());
+  const int64_t B = in.B(), C = in.C(), cells = in.cells(), n = B * in.N();
+  auto stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor result;
+  AT_DISPATCH_FLOATING_TYPES(points.scalar_type(), "voxelize_cuda", [&] {
+    using point_t = scalar_t;
+    if (in.reduce == Reduce::Occupancy || in.reduce == Reduce::Count) {
+      const bool occ = in.reduce == Reduce::Occupancy;
+      result = at::zeros({B, cells}, points.options().dtype(occ ? points.scalar_type() : at::kInt));
+      if (n > 0) {
+        voxelize_points_kernel<point_t, float><<<blocks_for(n), kThreads, 0, stream>>>(
+            voxel_args<point_t, float>(in), in.reduce, cells,
+            occ ? result.data_ptr<point_t>() : nullptr, occ ? nullptr : result.data_ptr<int32_t>(),
+            nullptr);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      }
+      if (occ) {
+        poison_negative_lengths<point_t>(in, result, std::numeric_limits<point_t>::quiet_NaN());
+      } else {
+        poison_negative_lengths<int32_t>(in, result, -1);
+      }
+      return;
+    }
+    if (in.reduce != Reduce::Max) {
+      at::globalContext().alertNotDeterministic(
+          "robocache::voxelize (CUDA) with reduce='sum' or 'mean': float atomics");
+    }
+    ROBOCACHE_DISPATCH_VALUE_TYPES(in.features.scalar_type(), "voxelize_cuda", [&] {
+      using feat_t = scalar_t;
+      using A = compute_t<feat_t>;
+      const auto acc_opts = in.features.options().dtype(c10::CppTypeToScalarType<A>::value);
+      at::Tensor acc = in.reduce == Reduce::Max
+                           ? at::full({B, C, cells}, -std::numeric_limits<A>::infinity(), acc_opts)
+                           : at::zeros({B, C, cells}, acc_opts);
+      at::Tensor counts;
+      if (in.reduce != Reduce::Sum) counts = at::zeros({B, cells}, points.options().dtype(at::kInt));
+      if (n > 0 && C > 0) {
+        voxelize_points_kernel<point_t, feat_t><<<blocks_for(n), kThreads, 0, stream>>>(
+            voxel_args<point_t, feat_t>(in), in.reduce, cells, nullptr,
+            counts.defined() ? counts.data_ptr<int32_t>() : nullptr, acc.data_ptr<A>());
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      }
+      const bool in_place = in.reduce == Reduce::Sum &&
+                            in.features.scalar_type() == c10::CppTypeToScalarType<A>::value;
+      if (in_place) {
+        result = acc;
+      } else {
+        result = at::empty({B, C, cells}, in.features.options());
+        if (result.numel() > 0) {
+          finalize_kernel<feat_t><<<blocks_for(result.numel()), kThreads, 0, stream>>>(
+              acc.data_ptr<A>(), counts.defined() ? counts.data_ptr<int32_t>() : nullptr,
+              in.reduce, C, cells, result.numel(), result.data_ptr<feat_t>());
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        }
+      }
+      poison_negative_lengths<feat_t>(in, result, feat_t(std::numeric_limits<float>::quiet_NaN()));
+    });
+  });
+  std::vector<int64_t> shape;
+  if (in.batched) shape.push_back(B);
+  if (reduce_needs_features(in.reduce)) shape.push_back(C);
+  for (int k = 0; k < 3; ++k) shape.push_back(in.grid[k]);
+  return result.view(shape);
+}
+
+// For max: first[b, c, v] = the lowest point index whose feature equals the max.
+template <typename point_t, typename feat_t>
+__global__ void __launch_bounds__(kThreads)
+    argmax_kernel(const VoxelArgs<point_t, feat_t> a, int64_t cells,
+                  const feat_t* __restrict__ result, int32_t* __restrict__ first) {
+  using A = compute_t<feat_t>;
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= a.B * a.N) return;
+  const int64_t b = i / a.N, n = i - b * a.N;
+  const int64_t v = point_voxel(a, b, n);
+  if (v < 0) return;
+  const feat_t* f = a.features + b * a.f_bstride + n * a.f_nstride;
+  for (int64_t c = 0; c < a.C; ++c) {
+    const int64_t e = (b * a.C + c) * cells + v;
+    if (A(f[c * a.f_cstride]) == A(result[e])) atomicMin(first + e, int32_t(n));
+  }
+}
+
+template <typename point_t, typename feat_t>
+__global__ void __launch_bounds__(kThreads)
+    gather_grad_kernel(const VoxelArgs<point_t, feat_t> a, Reduce reduce, int64_t cells,
+                       const feat_t* __restrict__ grad, const int32_t* __restrict__ counts,
+                       const int32_t* __restrict__ first, feat_t* __restrict__ grad_features) {
+  using A = compute_t<feat_t>;
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= a.B * a.N) return;
+  const int64_t b = i / a.N, n = i - b * a.N;
+  const int64_t v = point_voxel(a, b, n);
+  feat_t* out = grad_features + i * a.C;
+  for (int64_t c = 0; c < a.C; ++c) {
+    A x = A(0);
+    if (v >= 0) {
+      const int64_t e = (b * a.C + c) * cells + v;
+      const A g = A(grad[e]);
+      if (reduce == Reduce::Sum) x = g;
+      if (reduce == Reduce::Mean) x = g / A(counts[b * cells + v]);
+      if (reduce == Reduce::Max && first[e] == int32_t(n)) x = g;
+    }
+    out[c] = feat_t(x);
+  }
+}
+
+at::Tensor voxelize_backward_cuda(const at::Tensor& grad, const at::Tensor& points,
+                                  const at::Tensor& features, const std::optional<at::Tensor>& lengths,
+                                  at::IntArrayRef grid_size, at::ArrayRef<double> voxel_size,
+                                  at::ArrayRef<double> origin, c10::string_view reduce_str,
+                                  const at::Tensor& result) {
+  const auto in = checked_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str);
+  TORCH_CHECK_VALUE(reduce_needs_features(in.reduce), kOp,
+                    ": only sum, mean and max have a gradient; got reduce='", std::string(reduce_str), "'");
+  TORCH_CHECK_VALUE(grad.sizes() == result.sizes(), kOp, ": grad must have the result's shape ",
+                    result.sizes(), "; got ", grad.sizes());
+  const c10::cuda::CUDAGuard guard(points.device());
+  const int64_t B = in.B(), C = in.C(), cells = in.cells(), n = B * in.N();
+  auto stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor grad_features = at::empty({B, in.N(), C}, features.options());
+  const at::Tensor g = grad.to(features.scalar_type()).contiguous();
+  const at::Tensor res = result.contiguous();
+  if (n > 0 && C > 0) {
+    AT_DISPATCH_FLOATING_TYPES(points.scalar_type(), "voxelize_backward_cuda", [&] {
+      using point_t = scalar_t;
+      ROBOCACHE_DISPATCH_VALUE_TYPES(features.scalar_type(), "voxelize_backward_cuda", [&] {
+        using feat_t = scalar_t;
+        const auto a = voxel_args<point_t, feat_t>(in);
+        at::Tensor counts, first;
+        if (in.reduce == Reduce::Mean) {
+          counts = at::zeros({B, cells}, points.options().dtype(at::kInt));
+          voxelize_points_kernel<point_t, feat_t><<<blocks_for(n), kThreads, 0, stream>>>(
+              a, Reduce::Count, cells, nullptr, counts.data_ptr<int32_t>(), nullptr);
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        } else if (in.reduce == Reduce::Max) {
+          first = at::full({B, C, cells}, std::numeric_limits<int32_t>::max(),
+                           points.options().dtype(at::kInt));
+          argmax_kernel<point_t, feat_t><<<blocks_for(n), kThreads, 0, stream>>>(
+              a, cells, res.data_ptr<feat_t>(), first.data_ptr<int32_t>());
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        }
+        gather_grad_kernel<point_t, feat_t><<<blocks_for(n), kThreads, 0, stream>>>(
+            a, in.reduce, cells, g.data_ptr<feat_t>(),
+            counts.defined() ? counts.data_ptr<int32_t>() : nullptr,
+            first.defined() ? first.data_ptr<int32_t>() : nullptr, grad_features.data_ptr<feat_t>());
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    });
+  } else {
+    grad_features.zero_();
+  }
+  return in.batched ? grad_features : grad_features.squeeze(0);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(robocache, CUDA, m) {
+  m.impl("voxelize", &voxelize_cuda);
+  m.impl("_voxelize_backward", &voxelize_backward_cuda);
+}
+
+}  // namespace robocache

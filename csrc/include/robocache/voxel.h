@@ -1,0 +1,135 @@
+// Shared voxel math for the voxelize kernels (CPU and CUDA, forward and
+// backward): which voxel a point falls in, or that it is dropped.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "robocache/interp.h"  // ROBOCACHE_HD
+
+namespace robocache {
+
+enum class Reduce : int32_t { Occupancy = 0, Count = 1, Sum = 2, Mean = 3, Max = 4 };
+
+inline bool reduce_needs_features(Reduce r) {
+  return r == Reduce::Sum || r == Reduce::Mean || r == Reduce::Max;
+}
+
+// The grid, with origin and voxel size already in the points' dtype, so that
+// every backend (and the pure-PyTorch reference) evaluates
+// floor((p - origin) / voxel_size) with the same rounding.
+template <typename point_t>
+struct VoxelGrid {
+  int64_t X, Y, Z;
+  point_t origin[3];
+  point_t voxel[3];
+};
+
+template <typename T>
+ROBOCACHE_HD bool finite(T x) {
+#ifdef __CUDA_ARCH__
+  return isfinite(x);
+#else
+  return std::isfinite(x);
+#endif
+}
+
+// Flat voxel index (ix * Y + iy) * Z + iz of a point, or -1 when it is
+// dropped: not finite, or outside the half-open range [0, grid) on an axis.
+// The tests happen in floating point, before any conversion to an integer
+// (a NaN converted to int becomes 0 on CUDA, which would land in voxel 0).
+template <typename point_t>
+ROBOCACHE_HD int64_t voxel_index(const VoxelGrid<point_t>& g, point_t x, point_t y, point_t z) {
+  if (!(finite(x) && finite(y) && finite(z))) return -1;
+  const point_t fx = floor((x - g.origin[0]) / g.voxel[0]);
+  const point_t fy = floor((y - g.origin[1]) / g.voxel[1]);
+  const point_t fz = floor((z - g.origin[2]) / g.voxel[2]);
+  if (!(fx >= point_t(0) && fx < point_t(g.X) && fy >= point_t(0) && fy < point_t(g.Y) &&
+        fz >= point_t(0) && fz < point_t(g.Z)))
+    return -1;
+  return (int64_t(fx) * g.Y + int64_t(fy)) * g.Z + int64_t(fz);
+}
+
+// Points (B, N, 3) and features (B, N, C) with any strides; lengths (B,)
+// contiguous or nullptr.
+template <typename point_t, typename feat_t>
+struct VoxelArgs {
+  const point_t* points;
+  int64_t p_bstride, p_nstride, p_cstride;
+  const feat_t* features;
+  int64_t f_bstride, f_nstride, f_cstride;
+  const int64_t* lengths;
+  int64_t B, N, C;
+  VoxelGrid<point_t> grid;
+};
+
+// Validated inputs seen as a batch: (N, 3) clouds become B = 1.
+struct VoxelInputs {
+  at::Tensor points, features, lengths;  // features/lengths may be undefined
+  int64_t grid[3];
+  double voxel[3], origin[3];
+  Reduce reduce;
+  bool batched;
+
+  int64_t B() const { return points.size(0); }
+  int64_t N() const { return points.size(1); }
+  int64_t C() const { return features.defined() ? features.size(2) : 0; }
+  int64_t cells() const { return grid[0] * grid[1] * grid[2]; }
+};
+
+inline VoxelInputs prepare_voxel_inputs(const at::Tensor& points,
+                                        const std::optional<at::Tensor>& features,
+                                        const std::optional<at::Tensor>& lengths,
+                                        at::IntArrayRef grid_size, at::ArrayRef<double> voxel_size,
+                                        at::ArrayRef<double> origin, Reduce reduce) {
+  VoxelInputs in;
+  in.batched = points.dim() == 3;
+  in.points = in.batched ? points : points.unsqueeze(0);
+  if (features.has_value()) in.features = in.batched ? *features : features->unsqueeze(0);
+  if (lengths.has_value()) in.lengths = lengths->contiguous();
+  for (int a = 0; a < 3; ++a) {
+    in.grid[a] = grid_size[a];
+    in.voxel[a] = voxel_size.size() == 1 ? voxel_size[0] : voxel_size[a];
+    in.origin[a] = origin[a];
+  }
+  in.reduce = reduce;
+  return in;
+}
+
+template <typename point_t, typename feat_t>
+VoxelArgs<point_t, feat_t> voxel_args(const VoxelInputs& in) {
+  VoxelArgs<point_t, feat_t> a;
+  a.points = in.points.data_ptr<point_t>();
+  a.p_bstride = in.points.stride(0);
+  a.p_nstride = in.points.stride(1);
+  a.p_cstride = in.points.stride(2);
+  a.features = in.features.defined() ? in.features.data_ptr<feat_t>() : nullptr;
+  a.f_bstride = in.features.defined() ? in.features.stride(0) : 0;
+  a.f_nstride = in.features.defined() ? in.features.stride(1) : 0;
+  a.f_cstride = in.features.defined() ? in.features.stride(2) : 0;
+  a.lengths = in.lengths.defined() ? in.lengths.data_ptr<int64_t>() : nullptr;
+  a.B = in.B();
+  a.N = in.N();
+  a.C = in.C();
+  a.grid.X = in.grid[0];
+  a.grid.Y = in.grid[1];
+  a.grid.Z = in.grid[2];
+  for (int k = 0; k < 3; ++k) {
+    a.grid.origin[k] = static_cast<point_t>(in.origin[k]);
+    a.grid.voxel[k] = static_cast<point_t>(in.voxel[k]);
+  }
+  return a;
+}
+
+// Voxel of point n of cloud b, or -1 (dropped, or past the cloud's length).
+template <typename point_t, typename feat_t>
+ROBOCACHE_HD int64_t point_voxel(const VoxelArgs<point_t, feat_t>& a, int64_t b, int64_t n) {
+  if (a.lengths != nullptr && n >= a.lengths[b]) return -1;
+  const point_t* p = a.points + b * a.p_bstride + n * a.p_nstride;
+  return voxel_index(a.grid, p[0], p[a.p_cstride], p[2 * a.p_cstride]);
+}
+
+}  // namespace robocache

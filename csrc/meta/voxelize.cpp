@@ -1,0 +1,50 @@
+// Meta (shape) kernels for robocache::voxelize and its backward; symbolic sizes only.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "robocache/checks.h"
+
+namespace robocache {
+namespace {
+
+constexpr const char* kOp = "robocache.voxelize";
+
+at::Tensor voxelize_meta(const at::Tensor& points, const std::optional<at::Tensor>& features,
+                         const std::optional<at::Tensor>& lengths, c10::SymIntArrayRef grid_size,
+                         at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
+                         c10::string_view reduce_str) {
+  const Reduce reduce = parse_reduce(reduce_str, kOp);
+  const auto n = check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
+                                       reduce, kOp);
+  const auto shape = voxelize_result_shape(n, grid_size, reduce);
+  switch (reduce) {
+    case Reduce::Occupancy:
+      return at::empty_symint(shape, points.options());
+    case Reduce::Count:
+      return at::empty_symint(shape, points.options().dtype(at::kInt));
+    default:
+      return at::empty_symint(shape, features->options());
+  }
+}
+
+at::Tensor voxelize_backward_meta(const at::Tensor& grad, const at::Tensor& points,
+                                  const at::Tensor& features, const std::optional<at::Tensor>& lengths,
+                                  c10::SymIntArrayRef grid_size, at::ArrayRef<double> voxel_size,
+                                  at::ArrayRef<double> origin, c10::string_view reduce_str,
+                                  const at::Tensor& result) {
+  const Reduce reduce = parse_reduce(reduce_str, kOp);
+  check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce, kOp);
+  TORCH_CHECK_VALUE(reduce_needs_features(reduce), kOp,
+                    ": only sum, mean and max have a gradient; got reduce='", std::string(reduce_str), "'");
+  return at::empty_symint(features.sym_sizes(), features.options());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(robocache, Meta, m) {
+  m.impl("voxelize", &voxelize_meta);
+  m.impl("_voxelize_backward", &voxelize_backward_meta);
+}
+
+}  // namespace robocache

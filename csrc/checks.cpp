@@ -1,15 +1,10 @@
+#include "robocache/error.h"
 #include "robocache/checks.h"
 
 #include <c10/core/SymBool.h>
 #include <c10/util/Exception.h>
 
-#include <sstream>
 #include <string>
-
-// Like TORCH_SYM_CHECK (a deferred runtime assert on symbolic sizes, not a
-// guard), but raising ValueError like the other shape checks.
-#define ROBOCACHE_SYM_CHECK(cond, ...) \
-  TORCH_CHECK_VALUE((cond).expect_true(__FILE__, __LINE__), __VA_ARGS__)
 
 namespace robocache {
 
@@ -17,8 +12,9 @@ Mode parse_mode(c10::string_view mode, const char* op, const char* arg) {
   if (mode == "linear") return Mode::Linear;
   if (mode == "nearest") return Mode::Nearest;
   if (mode == "previous") return Mode::Previous;
-  TORCH_CHECK_VALUE(false, op, ": ", arg, " must be 'linear', 'nearest' or 'previous'; got '",
+  ROBOCACHE_CHECK_VALUE(false, op, ": ", arg, " must be 'linear', 'nearest' or 'previous'; got '",
                     std::string(mode), "'");
+  return Mode::Linear;  // not reached
 }
 
 namespace {
@@ -31,11 +27,7 @@ bool is_time_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kLong;
 }
 
-std::string shape_str(const at::Tensor& t) {
-  std::ostringstream os;
-  os << t.sym_sizes();
-  return os.str();
-}
+std::string shape_str(const at::Tensor& t) { return message(t.sym_sizes()); }
 
 }  // namespace
 
@@ -43,24 +35,24 @@ ResampleSizes check_resample_inputs(const at::Tensor& values, const at::Tensor& 
                                     const at::Tensor& query_times,
                                     const std::optional<at::Tensor>& lengths,
                                     const std::string& op) {
-  TORCH_CHECK_VALUE(values.dim() == 3, op, ": values must be 3-D (B, S, D); got shape ",
+  ROBOCACHE_CHECK_VALUE(values.dim() == 3, op, ": values must be 3-D (B, S, D); got shape ",
                     shape_str(values));
-  TORCH_CHECK_TYPE(is_value_dtype(values.scalar_type()), op,
+  ROBOCACHE_CHECK_TYPE(is_value_dtype(values.scalar_type()), op,
                    ": values must be float32, float64, float16 or bfloat16; got ",
                    values.scalar_type());
-  TORCH_CHECK_VALUE(times.dim() == 1 || times.dim() == 2, op,
+  ROBOCACHE_CHECK_VALUE(times.dim() == 1 || times.dim() == 2, op,
                     ": times must be (B, S) or (S,); got shape ", shape_str(times));
-  TORCH_CHECK_VALUE(query_times.dim() == 1 || query_times.dim() == 2, op,
+  ROBOCACHE_CHECK_VALUE(query_times.dim() == 1 || query_times.dim() == 2, op,
                     ": query_times must be (B, T) or (T,); got shape ", shape_str(query_times));
-  TORCH_CHECK_TYPE(is_time_dtype(times.scalar_type()), op,
+  ROBOCACHE_CHECK_TYPE(is_time_dtype(times.scalar_type()), op,
                    ": times must be float32, float64 or int64; got ", times.scalar_type());
-  TORCH_CHECK_TYPE(times.scalar_type() == query_times.scalar_type(), op,
+  ROBOCACHE_CHECK_TYPE(times.scalar_type() == query_times.scalar_type(), op,
                    ": times and query_times must have the same dtype; got times ",
                    times.scalar_type(), " and query_times ", query_times.scalar_type());
-  TORCH_CHECK_VALUE(times.device() == values.device(), op,
+  ROBOCACHE_CHECK_VALUE(times.device() == values.device(), op,
                     ": times must be on the same device as values; got values on ",
                     values.device(), " and times on ", times.device());
-  TORCH_CHECK_VALUE(query_times.device() == values.device(), op,
+  ROBOCACHE_CHECK_VALUE(query_times.device() == values.device(), op,
                     ": query_times must be on the same device as values; got values on ",
                     values.device(), " and query_times on ", query_times.device());
 
@@ -85,14 +77,14 @@ ResampleSizes check_resample_inputs(const at::Tensor& values, const at::Tensor& 
   }
   if (lengths.has_value()) {
     const at::Tensor& len = *lengths;
-    TORCH_CHECK_TYPE(len.scalar_type() == at::kLong, op, ": lengths must be int64; got ",
+    ROBOCACHE_CHECK_TYPE(len.scalar_type() == at::kLong, op, ": lengths must be int64; got ",
                      len.scalar_type());
-    TORCH_CHECK_VALUE(len.dim() == 1, op, ": lengths must be 1-D (B,); got shape ",
+    ROBOCACHE_CHECK_VALUE(len.dim() == 1, op, ": lengths must be 1-D (B,); got shape ",
                       shape_str(len));
     ROBOCACHE_SYM_CHECK(len.sym_size(0).sym_eq(n.B), op,
                     ": lengths must have B = values.shape[0] entries; got values shape ",
                     shape_str(values), " and lengths shape ", shape_str(len));
-    TORCH_CHECK_VALUE(len.device() == values.device(), op,
+    ROBOCACHE_CHECK_VALUE(len.device() == values.device(), op,
                       ": lengths must be on the same device as values; got values on ",
                       values.device(), " and lengths on ", len.device());
   }
@@ -103,23 +95,23 @@ MultiStreamSizes check_multi_stream_inputs(at::TensorList values, at::TensorList
                                            const at::Tensor& query_times,
                                            const std::vector<std::optional<at::Tensor>>& lengths,
                                            const std::string& op) {
-  TORCH_CHECK_VALUE(!values.empty(), op, ": needs at least one stream; got an empty list");
-  TORCH_CHECK_VALUE(values.size() == times.size(), op, ": got ", values.size(),
+  ROBOCACHE_CHECK_VALUE(!values.empty(), op, ": needs at least one stream; got an empty list");
+  ROBOCACHE_CHECK_VALUE(values.size() == times.size(), op, ": got ", values.size(),
                     " values tensors but ", times.size(), " times tensors");
-  TORCH_CHECK_VALUE(lengths.size() == values.size(), op, ": got ", lengths.size(),
+  ROBOCACHE_CHECK_VALUE(lengths.size() == values.size(), op, ": got ", lengths.size(),
                     " lengths entries for ", values.size(), " streams");
   MultiStreamSizes total{0, 0, 0};
   for (size_t k = 0; k < values.size(); ++k) {
     const std::string where = op + ": stream " + std::to_string(k);
     if (k > 0) {
-      TORCH_CHECK_TYPE(values[k].scalar_type() == values[0].scalar_type(), where,
+      ROBOCACHE_CHECK_TYPE(values[k].scalar_type() == values[0].scalar_type(), where,
                        ": values dtype ", values[k].scalar_type(),
                        " differs from stream 0's ", values[0].scalar_type(),
                        "; all streams' values must share one dtype");
-      TORCH_CHECK_TYPE(times[k].scalar_type() == times[0].scalar_type(), where,
+      ROBOCACHE_CHECK_TYPE(times[k].scalar_type() == times[0].scalar_type(), where,
                        ": times dtype ", times[k].scalar_type(), " differs from stream 0's ",
                        times[0].scalar_type(), "; all streams' times must share one dtype");
-      TORCH_CHECK_VALUE(values[k].device() == values[0].device(), where, ": values are on ",
+      ROBOCACHE_CHECK_VALUE(values[k].device() == values[0].device(), where, ": values are on ",
                         values[k].device(), " but stream 0's are on ", values[0].device());
     }
     const auto n = check_resample_inputs(values[k], times[k], query_times, lengths[k], where);
@@ -137,7 +129,7 @@ MultiStreamSizes check_multi_stream_inputs(at::TensorList values, at::TensorList
 
 std::vector<std::optional<at::Tensor>> lengths_per_stream(
     const c10::List<std::optional<at::Tensor>>& lengths, size_t K, const std::string& op) {
-  TORCH_CHECK_VALUE(lengths.size() == 0 || lengths.size() == K, op,
+  ROBOCACHE_CHECK_VALUE(lengths.size() == 0 || lengths.size() == K, op,
                     ": lengths must be empty or have one entry (a tensor or None) per stream; got ",
                     lengths.size(), " entries for ", K, " streams");
   std::vector<std::optional<at::Tensor>> out(K);
@@ -147,7 +139,7 @@ std::vector<std::optional<at::Tensor>> lengths_per_stream(
 
 std::vector<Mode> modes_per_stream(const std::vector<std::string>& modes, size_t K,
                                    const std::string& op) {
-  TORCH_CHECK_VALUE(modes.size() <= 1 || modes.size() == K, op,
+  ROBOCACHE_CHECK_VALUE(modes.size() <= 1 || modes.size() == K, op,
                     ": modes must be empty, one mode, or one mode per stream; got ", modes.size(),
                     " modes for ", K, " streams");
   std::vector<Mode> out(K, Mode::Linear);
@@ -161,7 +153,7 @@ std::vector<Mode> modes_per_stream(const std::vector<std::string>& modes, size_t
 
 void check_grad_out(const at::Tensor& grad_out, const c10::SymInt& B, const c10::SymInt& T,
                     const c10::SymInt& D_total, const std::string& op) {
-  TORCH_CHECK_VALUE(grad_out.dim() == 3, op, ": grad_out must be 3-D (B, T, D); got shape ",
+  ROBOCACHE_CHECK_VALUE(grad_out.dim() == 3, op, ": grad_out must be 3-D (B, T, D); got shape ",
                     shape_str(grad_out));
   ROBOCACHE_SYM_CHECK(grad_out.sym_size(0).sym_eq(B) & grad_out.sym_size(1).sym_eq(T) &
                           grad_out.sym_size(2).sym_eq(D_total),
@@ -170,7 +162,7 @@ void check_grad_out(const at::Tensor& grad_out, const c10::SymInt& B, const c10:
 }
 
 void check_query_grad(const at::Tensor& query_times, bool query_grad, const std::string& op) {
-  TORCH_CHECK_VALUE(!query_grad || at::isFloatingType(query_times.scalar_type()), op,
+  ROBOCACHE_CHECK_VALUE(!query_grad || at::isFloatingType(query_times.scalar_type()), op,
                     ": query_times of dtype ", query_times.scalar_type(),
                     " cannot receive a gradient");
 }
@@ -181,9 +173,10 @@ Reduce parse_reduce(c10::string_view reduce, const char* op) {
   if (reduce == "sum") return Reduce::Sum;
   if (reduce == "mean") return Reduce::Mean;
   if (reduce == "max") return Reduce::Max;
-  TORCH_CHECK_VALUE(false, op,
+  ROBOCACHE_CHECK_VALUE(false, op,
                     ": reduce must be 'occupancy', 'count', 'sum', 'mean' or 'max'; got '",
                     std::string(reduce), "'");
+  return Reduce::Occupancy;  // not reached
 }
 
 VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
@@ -192,47 +185,47 @@ VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
                                     c10::SymIntArrayRef grid_size, at::ArrayRef<double> voxel_size,
                                     at::ArrayRef<double> origin, Reduce reduce,
                                     const std::string& op) {
-  TORCH_CHECK_VALUE((points.dim() == 2 || points.dim() == 3) && points.sym_size(-1) == 3, op,
+  ROBOCACHE_CHECK_VALUE((points.dim() == 2 || points.dim() == 3) && points.sym_size(-1) == 3, op,
                     ": points must be (B, N, 3) or (N, 3); got shape ", shape_str(points));
-  TORCH_CHECK_TYPE(points.scalar_type() == at::kFloat || points.scalar_type() == at::kDouble, op,
+  ROBOCACHE_CHECK_TYPE(points.scalar_type() == at::kFloat || points.scalar_type() == at::kDouble, op,
                    ": points must be float32 or float64; got ", points.scalar_type());
   VoxelizeSizes n{points.dim() == 3, points.dim() == 3 ? points.sym_size(0) : c10::SymInt(1),
                   points.sym_size(-2), 0};
-  TORCH_CHECK_VALUE(grid_size.size() == 3, op, ": grid_size must have 3 entries (X, Y, Z); got ",
+  ROBOCACHE_CHECK_VALUE(grid_size.size() == 3, op, ": grid_size must have 3 entries (X, Y, Z); got ",
                     grid_size.size());
   for (size_t a = 0; a < 3; ++a) {
     ROBOCACHE_SYM_CHECK(grid_size[a].sym_gt(0), op, ": grid_size must be positive; got ",
                         grid_size);
   }
-  TORCH_CHECK_VALUE(voxel_size.size() == 1 || voxel_size.size() == 3, op,
+  ROBOCACHE_CHECK_VALUE(voxel_size.size() == 1 || voxel_size.size() == 3, op,
                     ": voxel_size must have 1 or 3 entries; got ", voxel_size.size());
   for (double v : voxel_size) {
-    TORCH_CHECK_VALUE(std::isfinite(v) && v > 0, op,
+    ROBOCACHE_CHECK_VALUE(std::isfinite(v) && v > 0, op,
                       ": voxel_size must be positive and finite; got ", voxel_size);
   }
-  TORCH_CHECK_VALUE(origin.size() == 3, op, ": origin must have 3 entries; got ", origin.size());
+  ROBOCACHE_CHECK_VALUE(origin.size() == 3, op, ": origin must have 3 entries; got ", origin.size());
   for (double v : origin) {
-    TORCH_CHECK_VALUE(std::isfinite(v), op, ": origin must be finite; got ", origin);
+    ROBOCACHE_CHECK_VALUE(std::isfinite(v), op, ": origin must be finite; got ", origin);
   }
   if (reduce_needs_features(reduce)) {
-    TORCH_CHECK_VALUE(features.has_value(), op, ": reduce='",
+    ROBOCACHE_CHECK_VALUE(features.has_value(), op, ": reduce='",
                       reduce == Reduce::Sum ? "sum" : reduce == Reduce::Mean ? "mean" : "max",
                       "' needs features; got None");
   } else {
-    TORCH_CHECK_VALUE(!features.has_value(), op, ": reduce='",
+    ROBOCACHE_CHECK_VALUE(!features.has_value(), op, ": reduce='",
                       reduce == Reduce::Count ? "count" : "occupancy",
                       "' takes no features; got features of shape ",
                       features.has_value() ? shape_str(*features) : std::string());
   }
   if (features.has_value()) {
     const at::Tensor& f = *features;
-    TORCH_CHECK_VALUE(f.dim() == points.dim(), op, ": features must be ",
+    ROBOCACHE_CHECK_VALUE(f.dim() == points.dim(), op, ": features must be ",
                       points.dim() == 3 ? "(B, N, C)" : "(N, C)", " like points ",
                       shape_str(points), "; got shape ", shape_str(f));
-    TORCH_CHECK_TYPE(is_value_dtype(f.scalar_type()), op,
+    ROBOCACHE_CHECK_TYPE(is_value_dtype(f.scalar_type()), op,
                      ": features must be float32, float64, float16 or bfloat16; got ",
                      f.scalar_type());
-    TORCH_CHECK_VALUE(f.device() == points.device(), op,
+    ROBOCACHE_CHECK_VALUE(f.device() == points.device(), op,
                       ": features must be on the same device as points; got points on ",
                       points.device(), " and features on ", f.device());
     ROBOCACHE_SYM_CHECK(f.sym_size(-2).sym_eq(n.N), op, ": features has ", f.sym_size(-2),
@@ -246,13 +239,13 @@ VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
   }
   if (lengths.has_value()) {
     const at::Tensor& len = *lengths;
-    TORCH_CHECK_TYPE(len.scalar_type() == at::kLong, op, ": lengths must be int64; got ",
+    ROBOCACHE_CHECK_TYPE(len.scalar_type() == at::kLong, op, ": lengths must be int64; got ",
                      len.scalar_type());
-    TORCH_CHECK_VALUE(len.dim() == 1, op, ": lengths must be 1-D (B,); got shape ",
+    ROBOCACHE_CHECK_VALUE(len.dim() == 1, op, ": lengths must be 1-D (B,); got shape ",
                       shape_str(len));
     ROBOCACHE_SYM_CHECK(len.sym_size(0).sym_eq(n.B), op, ": lengths must have B = ", n.B,
                         " entries; got shape ", shape_str(len));
-    TORCH_CHECK_VALUE(len.device() == points.device(), op,
+    ROBOCACHE_CHECK_VALUE(len.device() == points.device(), op,
                       ": lengths must be on the same device as points; got points on ",
                       points.device(), " and lengths on ", len.device());
   }
@@ -272,7 +265,7 @@ void check_point_lengths_cpu(const at::Tensor& lengths, int64_t N, const std::st
   const at::Tensor len = lengths.contiguous();
   const int64_t* p = len.data_ptr<int64_t>();
   for (int64_t b = 0; b < len.numel(); ++b) {
-    TORCH_CHECK_VALUE(p[b] >= 0 && p[b] <= N, op, ": lengths[", b, "] = ", p[b],
+    ROBOCACHE_CHECK_VALUE(p[b] >= 0 && p[b] <= N, op, ": lengths[", b, "] = ", p[b],
                       " is outside [0, N] with N = ", N);
   }
 }
@@ -281,7 +274,7 @@ void check_lengths_values_cpu(const at::Tensor& lengths, int64_t S, const std::s
   const at::Tensor len = lengths.contiguous();
   const int64_t* p = len.data_ptr<int64_t>();
   for (int64_t b = 0; b < len.numel(); ++b) {
-    TORCH_CHECK_VALUE(p[b] >= 1 && p[b] <= S, op, ": lengths[", b, "] = ", p[b],
+    ROBOCACHE_CHECK_VALUE(p[b] >= 1 && p[b] <= S, op, ": lengths[", b, "] = ", p[b],
                       " is outside [1, S] with S = ", S);
   }
 }

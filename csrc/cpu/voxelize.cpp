@@ -10,6 +10,7 @@
 
 #include <limits>
 
+#include "robocache/error.h"
 #include "robocache/checks.h"
 #include "robocache/dispatch.h"
 #include "robocache/voxel.h"
@@ -166,9 +167,9 @@ at::Tensor voxelize_backward_cpu(const at::Tensor& grad, const at::Tensor& point
                                  at::ArrayRef<double> origin, c10::string_view reduce_str,
                                  const at::Tensor& result) {
   const auto in = checked_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str);
-  TORCH_CHECK_VALUE(reduce_needs_features(in.reduce), kOp,
+  ROBOCACHE_CHECK_VALUE(reduce_needs_features(in.reduce), kOp,
                     ": only sum, mean and max have a gradient; got reduce='", std::string(reduce_str), "'");
-  TORCH_CHECK_VALUE(grad.sizes() == result.sizes(), kOp, ": grad must have the result's shape ",
+  ROBOCACHE_CHECK_VALUE(grad.sizes() == result.sizes(), kOp, ": grad must have the result's shape ",
                     result.sizes(), "; got ", grad.sizes());
   const int64_t B = in.B(), C = in.C();
   at::Tensor grad_features = at::empty({B, in.N(), C}, features.options());

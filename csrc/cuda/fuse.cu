@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
+#include "robocache/error.h"
 #include "robocache/checks.h"
 #include "robocache/interp_kernels.h"
 
@@ -33,7 +34,7 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> fuse_backward_cuda(
     const at::Tensor& query_times, const c10::List<std::optional<at::Tensor>>& lengths,
     const std::vector<std::string>& modes, const c10::List<bool>& values_grad, bool query_grad) {
   const auto in = checked_inputs(values, times, query_times, lengths, modes);
-  TORCH_CHECK_VALUE(values_grad.size() == values.size(), kOp, ": values_grad has ",
+  ROBOCACHE_CHECK_VALUE(values_grad.size() == values.size(), kOp, ": values_grad has ",
                     values_grad.size(), " entries for ", values.size(), " streams");
   int64_t total = 0;
   column_offsets(in, &total);

@@ -18,6 +18,7 @@
 
 #include <limits>
 
+#include "robocache/error.h"
 #include "robocache/checks.h"
 #include "robocache/dispatch.h"
 #include "robocache/voxel.h"
@@ -30,7 +31,7 @@ constexpr int kThreads = 256;
 
 unsigned int blocks_for(int64_t n) {
   const int64_t blocks = (n + kThreads - 1) / kThreads;
-  TORCH_CHECK(blocks <= int64_t(0x7fffffff), kOp, ": too many elements for one launch (", n, ")");
+  ROBOCACHE_CHECK(blocks <= int64_t(0x7fffffff), kOp, ": too many elements for one launch (", n, ")");
   return static_cast<unsigned int>(std::max<int64_t>(blocks, 1));
 }
 
@@ -260,9 +261,9 @@ at::Tensor voxelize_backward_cuda(const at::Tensor& grad, const at::Tensor& poin
                                   at::ArrayRef<double> origin, c10::string_view reduce_str,
                                   const at::Tensor& result) {
   const auto in = checked_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str);
-  TORCH_CHECK_VALUE(reduce_needs_features(in.reduce), kOp,
+  ROBOCACHE_CHECK_VALUE(reduce_needs_features(in.reduce), kOp,
                     ": only sum, mean and max have a gradient; got reduce='", std::string(reduce_str), "'");
-  TORCH_CHECK_VALUE(grad.sizes() == result.sizes(), kOp, ": grad must have the result's shape ",
+  ROBOCACHE_CHECK_VALUE(grad.sizes() == result.sizes(), kOp, ": grad must have the result's shape ",
                     result.sizes(), "; got ", grad.sizes());
   const c10::cuda::CUDAGuard guard(points.device());
   const int64_t B = in.B(), C = in.C(), cells = in.cells(), n = B * in.N();

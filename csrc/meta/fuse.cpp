@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include "robocache/error.h"
 #include "robocache/checks.h"
 
 namespace robocache {
@@ -31,7 +32,7 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> fuse_backward_meta(
     const at::Tensor& query_times, const c10::List<std::optional<at::Tensor>>& lengths,
     const std::vector<std::string>& modes, const c10::List<bool>& values_grad, bool query_grad) {
   const auto n = checked_sizes(values, times, query_times, lengths, modes);
-  TORCH_CHECK_VALUE(values_grad.size() == values.size(), kOp, ": values_grad has ",
+  ROBOCACHE_CHECK_VALUE(values_grad.size() == values.size(), kOp, ": values_grad has ",
                     values_grad.size(), " entries for ", values.size(), " streams");
   check_grad_out(grad_out, n.B, n.T, n.D_total, kOp);
   check_query_grad(query_times, query_grad, kOp);

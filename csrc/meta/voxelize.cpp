@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include "robocache/error.h"
 #include "robocache/checks.h"
 
 namespace robocache {
@@ -35,7 +36,7 @@ at::Tensor voxelize_backward_meta(const at::Tensor& grad, const at::Tensor& poin
                                   const at::Tensor& result) {
   const Reduce reduce = parse_reduce(reduce_str, kOp);
   check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce, kOp);
-  TORCH_CHECK_VALUE(reduce_needs_features(reduce), kOp,
+  ROBOCACHE_CHECK_VALUE(reduce_needs_features(reduce), kOp,
                     ": only sum, mean and max have a gradient; got reduce='", std::string(reduce_str), "'");
   return at::empty_symint(features.sym_sizes(), features.options());
 }

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "robocache/error.h"
 #include "robocache/dispatch.h"
 #include "robocache/resample_device.cuh"
 #include "robocache/stream.h"
@@ -96,7 +97,7 @@ inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 1
 inline unsigned int blocks_for(int64_t queries, int log2G, const char* op) {
   const int64_t per_block = kThreads >> log2G;
   const int64_t blocks = (queries + per_block - 1) / per_block;
-  TORCH_CHECK(blocks <= int64_t(0x7fffffff), op, ": too many queries for one launch (", queries,
+  ROBOCACHE_CHECK(blocks <= int64_t(0x7fffffff), op, ": too many queries for one launch (", queries,
               ")");
   return static_cast<unsigned int>(blocks);
 }

@@ -1,0 +1,335 @@
+"""robocache's benchmark suite: ``python -m robocache.bench [--json PATH] [--quick]``.
+
+For each case it times robocache, the pure-PyTorch reference in eager mode and
+the reference under ``torch.compile``, forward (and backward where listed), on
+whatever device is present (CUDA if available, else the CPU).
+
+Method:
+- CUDA: ``triton.testing.do_bench`` (CUDA events, after warm-up; the median),
+  with the L2 cache flushed between calls by do_bench; where a case's working
+  set fits in L2 the inputs also rotate among several copies. Launch-bound
+  cases are also timed per call from Python (a host loop, synchronized once).
+- CPU: the median of repeated wall-clock timings after warm-up.
+- Inputs are random (never zeros).
+
+Bandwidth is computed from the minimal byte count: every input read once and
+every output written once (the formula of each case is printed with it), and
+is reported as a fraction of a device-to-device copy measured in the same run
+(bytes read + bytes written). Benchmarks are not tests: nothing here asserts a
+time.
+"""
+import argparse
+import json
+import math
+import statistics
+import time
+
+import torch
+
+import robocache
+from robocache import reference
+
+_L2_BYTES = 64 << 20
+
+
+def _sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _median_ms(fn, device, min_time_s=0.5, max_reps=200):
+    """Median time of fn() in milliseconds."""
+    if device == "cuda":
+        import triton.testing
+
+        return triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
+    fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < max_reps and (time.perf_counter() - start < min_time_s or len(times) < 5):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _per_call_ms(fn, device, calls=2000):
+    """Wall time per call of fn() issued back to back from Python."""
+    for _ in range(20):
+        fn()
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - t0) / calls * 1e3
+
+
+def copy_bandwidth_gbs(device):
+    n = (1 << 28) if device == "cuda" else (1 << 25)
+    x = torch.randn(n, device=device)
+    y = torch.empty_like(x)
+    ms = _median_ms(lambda: y.copy_(x), device)
+    return 2 * x.numel() * x.element_size() / ms / 1e6
+
+
+class _Rotating:
+    """Cycles through several copies of the inputs when they fit in L2."""
+
+    def __init__(self, make, nbytes, device):
+        copies = 1 if device != "cuda" or nbytes > _L2_BYTES else min(16, max(2, (4 * _L2_BYTES) // max(nbytes, 1)))
+        self.sets = [make() for _ in range(copies)]
+        self.i = 0
+
+    def next(self):
+        self.i = (self.i + 1) % len(self.sets)
+        return self.sets[self.i]
+
+
+def _nbytes(*tensors):
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def _row(name, kind, bytes_formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra=None):
+    gbs = nbytes / ms / 1e6 if ms else float("nan")
+    row = {
+        "case": name, "kind": kind, "bytes": nbytes, "bytes_formula": bytes_formula,
+        "robocache_ms": ms, "eager_ms": ref_ms, "compiled_ms": compiled_ms,
+        "GBps": gbs, "pct_of_copy": 100 * gbs / copy_gbs,
+        "speedup_vs_eager": ref_ms / ms if ref_ms else None,
+        "speedup_vs_compiled": compiled_ms / ms if compiled_ms else None,
+    }
+    if extra:
+        row.update(extra)
+    return row
+
+
+def _time_three(op, ref, args_source, device, compile_ref=True, backward=None):
+    """(robocache ms, eager ms, compiled ms)."""
+    ms = _median_ms(lambda: op(*args_source.next()), device)
+    ref_ms = _median_ms(lambda: ref(*args_source.next()), device)
+    compiled_ms = None
+    if compile_ref:
+        compiled = torch.compile(ref, dynamic=False)
+        for _ in range(3):
+            compiled(*args_source.next())
+        compiled_ms = _median_ms(lambda: compiled(*args_source.next()), device)
+    return ms, ref_ms, compiled_ms
+
+
+# ---------------------------------------------------------------------------
+# resample / fuse
+# ---------------------------------------------------------------------------
+
+def _resample_inputs(B, S, T, D, dtype, device):
+    values = torch.randn(B, S, D, device=device).to(dtype)
+    times = torch.sort(torch.rand(B, S, device=device) * 10, dim=1).values
+    query = torch.sort(torch.rand(B, T, device=device) * 10, dim=1).values
+    return values, times, query
+
+
+def bench_resample(B, S, T, D, dtype, device, copy_gbs, per_call=False):
+    name = f"resample fwd (B={B}, S={S}, T={T}, D={D}) {str(dtype).replace('torch.', '')}"
+    es = torch.empty((), dtype=dtype).element_size()
+    nbytes = B * S * D * es + B * S * 4 + B * T * 4 + B * T * D * es
+    formula = "values + times + query_times read once, output written once"
+    src = _Rotating(lambda: _resample_inputs(B, S, T, D, dtype, device), nbytes, device)
+    op = lambda v, t, q: robocache.resample(v, t, q)  # noqa: E731
+    ms, ref_ms, compiled_ms = _time_three(op, reference.resample, src, device)
+    extra = None
+    if per_call:
+        v, t, q = src.next()
+        compiled = torch.compile(reference.resample, dynamic=False)
+        compiled(v, t, q)
+        extra = {
+            "per_call_robocache_ms": _per_call_ms(lambda: robocache.resample(v, t, q), device),
+            "per_call_eager_ms": _per_call_ms(lambda: reference.resample(v, t, q), device),
+            "per_call_compiled_ms": _per_call_ms(lambda: compiled(v, t, q), device),
+        }
+        extra["per_call_speedup_vs_compiled"] = extra["per_call_compiled_ms"] / extra["per_call_robocache_ms"]
+    return _row(name, "resample", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
+
+
+def bench_resample_backward(B, S, T, D, dtype, device, copy_gbs):
+    name = f"resample bwd (B={B}, S={S}, T={T}, D={D}) {str(dtype).replace('torch.', '')}"
+    es = torch.empty((), dtype=dtype).element_size()
+    # read grad_out, values (for the query slope), times, query; write grad_values, grad_query
+    nbytes = B * T * D * es + B * S * D * es + B * S * 4 + B * T * 4 + B * S * D * es + B * T * 4
+    formula = "grad_out + values + times + query read once; grad_values + grad_query written once"
+
+    def make():
+        v, t, q = _resample_inputs(B, S, T, D, dtype, device)
+        return v.requires_grad_(), t, q.requires_grad_(), torch.randn(B, T, D, device=device).to(dtype)
+
+    src = _Rotating(make, nbytes, device)
+
+    def grads(fn):
+        def run(v, t, q, g):
+            return torch.autograd.grad(fn(v, t, q), (v, q), g)
+        return run
+
+    ms = _median_ms(lambda: grads(robocache.resample)(*src.next()), device)
+    ref_ms = _median_ms(lambda: grads(reference.resample)(*src.next()), device)
+    compiled = torch.compile(reference.resample, dynamic=False)
+    for _ in range(3):
+        grads(compiled)(*src.next())
+    # Forward + backward of the compiled reference, minus its compiled forward alone.
+    fwd_bwd = _median_ms(lambda: grads(compiled)(*src.next()), device)
+    with torch.no_grad():
+        fwd = _median_ms(lambda: compiled(*src.next()[:3]), device)
+    ours_fwd = _median_ms(lambda: robocache.resample(*[x.detach() for x in src.next()[:3]]), device)
+    return _row(name, "resample_backward", formula, nbytes, ms - ours_fwd, ref_ms, fwd_bwd - fwd,
+                copy_gbs, {"note": "backward = (forward+backward) - forward, for all three"})
+
+
+def bench_fuse(B, specs, T, device, copy_gbs):
+    name = f"fuse (B={B}, streams (S,D)={specs}, T={T}) float32"
+    nbytes = sum(B * S * D * 4 + B * S * 4 for S, D in specs) + B * T * 4 + B * T * sum(D for _, D in specs) * 4
+    formula = "every stream's values + times, query_times read once; output written once"
+
+    def make():
+        streams = []
+        for S, D in specs:
+            streams.append((torch.randn(B, S, D, device=device),
+                            torch.sort(torch.rand(B, S, device=device), dim=1).values))
+        query = torch.sort(torch.rand(B, T, device=device), dim=1).values
+        return streams, query
+
+    src = _Rotating(make, nbytes, device)
+    ms, ref_ms, compiled_ms = _time_three(
+        lambda s, q: robocache.fuse(s, q), lambda s, q: reference.fuse(s, q), src, device)
+    return _row(name, "fuse", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs)
+
+
+# ---------------------------------------------------------------------------
+# voxelize
+# ---------------------------------------------------------------------------
+
+def depth_camera_cloud(B, H=480, W=640, device="cpu"):
+    """A synthesized tabletop depth image back-projected in pixel order.
+
+    A table plane seen from above and in front, with boxes and a sphere on it,
+    plus a far background: spatially coherent, many points per voxel on the
+    surfaces, and about 40% of the points outside the 1 m workspace.
+    Returns (B, H*W, 3) points in the camera frame shifted to the workspace.
+    """
+    fx = fy = 525.0 * W / 640
+    cx, cy = W / 2, H / 2
+    v, u = torch.meshgrid(torch.arange(H, device=device, dtype=torch.float32),
+                          torch.arange(W, device=device, dtype=torch.float32), indexing="ij")
+    clouds = []
+    for b in range(B):
+        g = torch.Generator(device="cpu").manual_seed(1000 + b)
+        tilt = 0.9 + 0.1 * torch.rand(1, generator=g).item()
+        # Table plane: depth grows towards the top of the image.
+        depth = 0.7 + 0.9 * (1 - v / H) * tilt
+        for _ in range(4):  # boxes
+            u0, v0 = torch.randint(60, W - 160, (1,), generator=g).item(), torch.randint(H // 3, H - 120, (1,), generator=g).item()
+            w, h = torch.randint(40, 140, (2,), generator=g).tolist()
+            box = (u >= u0) & (u < u0 + w) & (v >= v0) & (v < v0 + h)
+            depth = torch.where(box, depth - 0.1 - 0.1 * torch.rand(1, generator=g).item(), depth)
+        cu, cv, r = W * 0.6, H * 0.6, 70.0
+        d2 = (u - cu) ** 2 + (v - cv) ** 2
+        depth = torch.where(d2 < r * r, depth - 0.15 * torch.sqrt((1 - d2 / (r * r)).clamp(min=0)), depth)
+        depth = torch.where(v < H * 0.2, torch.full_like(depth, 3.5), depth)  # background wall
+        depth = depth + 0.002 * torch.randn(depth.shape, generator=g).to(device)
+        x = (u - cx) / fx * depth
+        y = (v - cy) / fy * depth
+        pts = torch.stack([x + 0.5, y + 0.5, depth - 0.6], dim=-1).reshape(-1, 3)
+        clouds.append(pts)
+    return torch.stack(clouds)
+
+
+def bench_voxelize(name, points, features, grid, reduce, device, copy_gbs):
+    B, N = points.shape[:2]
+    C = 0 if features is None else features.shape[-1]
+    cells = math.prod(grid)
+    out_es = 4 if reduce in ("count", "occupancy") else features.element_size()
+    nbytes = _nbytes(points, features) + B * max(C, 1) * cells * out_es
+    formula = "points (+ features) read once; dense grid written once"
+    vs = 1.0 / grid[0]
+
+    def make():
+        p = points + 1e-4 * torch.randn_like(points)
+        f = None if features is None else torch.randn_like(features)
+        return p, f
+
+    src = _Rotating(make, nbytes, device)
+    op = lambda p, f: robocache.voxelize(p, grid, vs, (0, 0, 0), features=f, reduce=reduce)  # noqa: E731
+    ref = lambda p, f: reference.voxelize(p, grid, vs, (0, 0, 0), features=f, reduce=reduce)  # noqa: E731
+    ms, ref_ms, compiled_ms = _time_three(op, ref, src, device)
+    outside = 1 - float(robocache.voxelize(points, grid, vs, (0, 0, 0), reduce="count").sum()) / (B * N)
+    extra = {"Gpts_per_s": B * N / ms / 1e6, "fraction_outside": outside}
+    return _row(name, "voxelize", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
+
+
+# ---------------------------------------------------------------------------
+
+def run(device):
+    torch.manual_seed(0)
+    copy_gbs = copy_bandwidth_gbs(device)
+    rows = []
+    if device == "cuda":
+        rows.append(bench_resample(256, 2048, 2048, 64, torch.float32, device, copy_gbs))
+        rows.append(bench_resample(256, 2048, 2048, 64, torch.bfloat16, device, copy_gbs))
+        rows.append(bench_resample(64, 4096, 1024, 32, torch.float32, device, copy_gbs))
+        rows.append(bench_resample(1024, 500, 100, 14, torch.float32, device, copy_gbs))
+        rows.append(bench_resample(4, 10, 20, 8, torch.float32, device, copy_gbs, per_call=True))
+        rows.append(bench_resample_backward(256, 2048, 2048, 64, torch.float32, device, copy_gbs))
+        rows.append(bench_fuse(256, [(90, 512), (300, 32), (3000, 16)], 150, device, copy_gbs))
+        uniform = torch.rand(8, 307200, 3, device=device)
+        rows.append(bench_voxelize("voxelize count, 8 x 307200 pts -> 100^3, uniform", uniform,
+                                   None, (100, 100, 100), "count", device, copy_gbs))
+        depth = depth_camera_cloud(8, device=device)
+        rows.append(bench_voxelize("voxelize count, 8 x 307200 pts -> 100^3, depth camera", depth,
+                                   None, (100, 100, 100), "count", device, copy_gbs))
+        peract = torch.rand(8, 65536, 3, device=device)
+        rows.append(bench_voxelize("voxelize mean of 6 features, 8 x 65536 pts -> 100^3", peract,
+                                   torch.randn(8, 65536, 6, device=device), (100, 100, 100), "mean",
+                                   device, copy_gbs))
+        big = torch.rand(32, 100000, 3, device=device)
+        rows.append(bench_voxelize("voxelize occupancy, 32 x 100000 pts -> 128^3", big, None,
+                                   (128, 128, 128), "occupancy", device, copy_gbs))
+    else:
+        rows.append(bench_resample(64, 4096, 1024, 32, torch.float32, device, copy_gbs))
+        cpu_cloud = torch.rand(8, 100000, 3)
+        rows.append(bench_voxelize("voxelize count, 8 x 100000 pts -> 128^3", cpu_cloud, None,
+                                   (128, 128, 128), "count", device, copy_gbs))
+    return {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+            "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "copy_GBps": copy_gbs, "date": time.strftime("%Y-%m-%d"), "rows": rows}
+
+
+def print_table(result):
+    print(f"device: {result['device']}  torch {result['torch']}  threads {result['threads']}  "
+          f"copy {result['copy_GBps']:.0f} GB/s  ({result['date']})")
+    hdr = f"{'case':<62} {'robocache':>10} {'eager':>10} {'compiled':>10} {'GB/s':>7} {'%copy':>6} {'x eager':>8} {'x comp':>7}"
+    print(hdr)
+    for r in result["rows"]:
+        comp = f"{r['compiled_ms']:10.4f}" if r["compiled_ms"] else f"{'-':>10}"
+        xc = f"{r['speedup_vs_compiled']:7.2f}" if r["speedup_vs_compiled"] else f"{'-':>7}"
+        print(f"{r['case'][:62]:<62} {r['robocache_ms']:10.4f} {r['eager_ms']:10.4f} {comp} "
+              f"{r['GBps']:7.0f} {r['pct_of_copy']:6.1f} {r['speedup_vs_eager']:8.2f} {xc}")
+        if "per_call_robocache_ms" in r:
+            print(f"{'   per call from Python':<62} {r['per_call_robocache_ms']:10.4f} "
+                  f"{r['per_call_eager_ms']:10.4f} {r['per_call_compiled_ms']:10.4f} "
+                  f"{'':>7} {'':>6} {'':>8} {r['per_call_speedup_vs_compiled']:7.2f}")
+        if "Gpts_per_s" in r:
+            print(f"{'   points':<62} {r['Gpts_per_s']:10.2f} Gpts/s, {100 * r['fraction_outside']:.0f}% outside")
+    print("times in ms (medians); GB/s from the minimal bytes: inputs read once, outputs written once")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", help="write the results here as JSON")
+    args = parser.parse_args(argv)
+    result = run(args.device)
+    print_table(result)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

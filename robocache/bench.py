@@ -28,6 +28,7 @@ import torch
 
 import robocache
 from robocache import reference
+from robocache.episodes import depth_camera_cloud
 
 _L2_BYTES = 64 << 20
 
@@ -204,41 +205,6 @@ def bench_fuse(B, specs, T, device, copy_gbs):
 # ---------------------------------------------------------------------------
 # voxelize
 # ---------------------------------------------------------------------------
-
-def depth_camera_cloud(B, H=480, W=640, device="cpu"):
-    """A synthesized tabletop depth image back-projected in pixel order.
-
-    A table plane seen from above and in front, with boxes and a sphere on it,
-    plus a far background: spatially coherent, many points per voxel on the
-    surfaces, and about 40% of the points outside the 1 m workspace.
-    Returns (B, H*W, 3) points in the camera frame shifted to the workspace.
-    """
-    fx = fy = 525.0 * W / 640
-    cx, cy = W / 2, H / 2
-    v, u = torch.meshgrid(torch.arange(H, device=device, dtype=torch.float32),
-                          torch.arange(W, device=device, dtype=torch.float32), indexing="ij")
-    clouds = []
-    for b in range(B):
-        g = torch.Generator(device="cpu").manual_seed(1000 + b)
-        tilt = 0.9 + 0.1 * torch.rand(1, generator=g).item()
-        # Table plane: depth grows towards the top of the image.
-        depth = 0.7 + 0.9 * (1 - v / H) * tilt
-        for _ in range(4):  # boxes
-            u0, v0 = torch.randint(60, W - 160, (1,), generator=g).item(), torch.randint(H // 3, H - 120, (1,), generator=g).item()
-            w, h = torch.randint(40, 140, (2,), generator=g).tolist()
-            box = (u >= u0) & (u < u0 + w) & (v >= v0) & (v < v0 + h)
-            depth = torch.where(box, depth - 0.1 - 0.1 * torch.rand(1, generator=g).item(), depth)
-        cu, cv, r = W * 0.6, H * 0.6, 70.0
-        d2 = (u - cu) ** 2 + (v - cv) ** 2
-        depth = torch.where(d2 < r * r, depth - 0.15 * torch.sqrt((1 - d2 / (r * r)).clamp(min=0)), depth)
-        depth = torch.where(v < H * 0.2, torch.full_like(depth, 3.5), depth)  # background wall
-        depth = depth + 0.002 * torch.randn(depth.shape, generator=g).to(device)
-        x = (u - cx) / fx * depth
-        y = (v - cy) / fy * depth
-        pts = torch.stack([x + 0.5, y + 0.5, depth - 0.6], dim=-1).reshape(-1, 3)
-        clouds.append(pts)
-    return torch.stack(clouds)
-
 
 def bench_voxelize(name, points, features, grid, reduce, device, copy_gbs):
     B, N = points.shape[:2]

@@ -1,10 +1,11 @@
 // CUDA kernels for robocache::voxelize and robocache::_voxelize_backward.
 //
-// Forward: one pass over the points (a thread per point), then, for mean and
-// max, one elementwise pass over the grid. occupancy is a plain store of 1;
-// count uses integer atomics and max an ordered-integer atomic max, so both
-// are exact and deterministic; sum and mean use float atomics and raise
-// PyTorch's nondeterminism alert. Backward gathers per point (sum, mean) or
+// Forward: one pass over the points (a thread per point). occupancy and count
+// go straight into the dense grid (a plain store of 1; integer atomics,
+// aggregated per warp). sum, mean and max accumulate into compact per-point
+// slots, then one pass writes the dense grid once. count and max are exact
+// and deterministic (integer atomics, an ordered-integer atomic max); sum and
+// mean use float atomics and raise PyTorch's nondeterminism alert. Backward gathers per point (sum, mean) or
 // finds each voxel's lowest-index argmax with an integer atomicMin (max).
 // Current stream, device guard, no host sync, int64 index math.
 #include <ATen/Context.h>
@@ -60,56 +61,75 @@ __device__ __forceinline__ void atomic_max(double* addr, double x) {
   }
 }
 
+// occupancy and count: one pass, straight into the dense grid. Points of a
+// warp that fall into the same voxel (common in depth-camera clouds, which
+// arrive in pixel order) add their count with one atomic.
 template <typename point_t, typename feat_t>
 __global__ void __launch_bounds__(kThreads)
     voxelize_points_kernel(const VoxelArgs<point_t, feat_t> a, Reduce reduce, int64_t cells,
-                           point_t* __restrict__ occupancy, int32_t* __restrict__ counts,
-                           compute_t<feat_t>* __restrict__ acc) {
+                           point_t* __restrict__ occupancy, int32_t* __restrict__ counts) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  const bool in_range = i < a.B * a.N;
+  const int64_t b = in_range ? i / a.N : 0;
+  const int64_t v = in_range ? point_voxel(a, b, i - b * a.N) : -1;
+  const int64_t cell = v < 0 ? -1 : b * cells + v;
+  if (reduce == Reduce::Occupancy) {
+    if (cell >= 0) occupancy[cell] = point_t(1);
+    return;
+  }
+  // Every lane of the warp takes part in the match (blocks are whole warps).
+  const unsigned peers = __match_any_sync(0xffffffffu, static_cast<unsigned long long>(cell));
+  const int leader = __ffs(peers) - 1;
+  if (cell >= 0 && int(threadIdx.x % 32) == leader) atomicAdd(counts + cell, __popc(peers));
+}
+
+// sum, mean, max, pass 1: each kept point claims its voxel's slot (the index
+// of the first point to reach the voxel, recorded in `slot_of`) and
+// accumulates its features into that compact slot; no dense accumulator.
+template <typename point_t, typename feat_t>
+__global__ void __launch_bounds__(kThreads)
+    accumulate_slots_kernel(const VoxelArgs<point_t, feat_t> a, Reduce reduce, int64_t cells,
+                            int32_t* __restrict__ slot_of, compute_t<feat_t>* __restrict__ acc,
+                            int32_t* __restrict__ slot_count) {
   using A = compute_t<feat_t>;
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= a.B * a.N) return;
   const int64_t b = i / a.N, n = i - b * a.N;
   const int64_t v = point_voxel(a, b, n);
   if (v < 0) return;
-  const int64_t cell = b * cells + v;
-  switch (reduce) {
-    case Reduce::Occupancy:
-      occupancy[cell] = point_t(1);
-      return;
-    case Reduce::Count:
-      atomicAdd(counts + cell, 1);
-      return;
-    default:
-      break;
-  }
+  const int32_t prev = atomicCAS(slot_of + b * cells + v, -1, int32_t(i));
+  const int64_t slot = prev == -1 ? i : prev;
   const feat_t* f = a.features + b * a.f_bstride + n * a.f_nstride;
-  A* dst = acc + b * a.C * cells + v;
+  A* dst = acc + slot * a.C;
   if (reduce == Reduce::Max) {
-    counts[cell] = 1;  // marks the voxel non-empty
-    for (int64_t c = 0; c < a.C; ++c) atomic_max(dst + c * cells, A(f[c * a.f_cstride]));
+    for (int64_t c = 0; c < a.C; ++c) atomic_max(dst + c, A(f[c * a.f_cstride]));
   } else {
-    if (reduce == Reduce::Mean) atomicAdd(counts + cell, 1);
-    for (int64_t c = 0; c < a.C; ++c) atomicAdd(dst + c * cells, A(f[c * a.f_cstride]));
+    if (reduce == Reduce::Mean) atomicAdd(slot_count + slot, 1);
+    for (int64_t c = 0; c < a.C; ++c) atomicAdd(dst + c, A(f[c * a.f_cstride]));
   }
 }
 
-// out[b, c, v] from the accumulators: the mean (sum / count), the max, or the
-// sum converted; empty voxels are 0.
+// Pass 2: the dense (B, C, X, Y, Z) result, written once; empty voxels are 0.
 template <typename feat_t>
 __global__ void __launch_bounds__(kThreads)
-    finalize_kernel(const compute_t<feat_t>* __restrict__ acc, const int32_t* __restrict__ counts,
-                    Reduce reduce, int64_t C, int64_t cells, int64_t total,
-                    feat_t* __restrict__ out) {
+    write_dense_kernel(const int32_t* __restrict__ slot_of, const compute_t<feat_t>* __restrict__ acc,
+                       const int32_t* __restrict__ slot_count, Reduce reduce, int64_t C,
+                       int64_t cells, int64_t total_cells, feat_t* __restrict__ out) {
   using A = compute_t<feat_t>;
   const int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (e >= total) return;
-  const int64_t b = e / (C * cells), v = e % cells;
-  A x = acc[e];
-  if (reduce != Reduce::Sum) {
-    const int32_t n = counts[b * cells + v];
-    x = n == 0 ? A(0) : (reduce == Reduce::Mean ? x / A(n) : x);
+  if (e >= total_cells) return;
+  const int64_t b = e / cells, v = e - b * cells;
+  const int32_t slot = slot_of[e];
+  feat_t* dst = out + b * C * cells + v;
+  if (slot < 0) {
+    for (int64_t c = 0; c < C; ++c) dst[c * cells] = feat_t(0);
+    return;
   }
-  out[e] = feat_t(x);
+  const A scale = reduce == Reduce::Mean ? A(1) / A(slot_count[slot]) : A(1);
+  for (int64_t c = 0; c < C; ++c) {
+    const A x = acc[int64_t(slot) * C + c];
+    dst[c * cells] = feat_t(reduce == Reduce::Mean ? x * scale : x);
+  }
 }
 
 // The no-host-sync contract for lengths: a cloud with a negative length
@@ -160,8 +180,7 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
       if (n > 0) {
         voxelize_points_kernel<point_t, float><<<blocks_for(n), kThreads, 0, stream>>>(
             voxel_args<point_t, float>(in), in.reduce, cells,
-            occ ? result.data_ptr<point_t>() : nullptr, occ ? nullptr : result.data_ptr<int32_t>(),
-            nullptr);
+            occ ? result.data_ptr<point_t>() : nullptr, occ ? nullptr : result.data_ptr<int32_t>());
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
       if (occ) {
@@ -175,33 +194,33 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
       at::globalContext().alertNotDeterministic(
           "robocache::voxelize (CUDA) with reduce='sum' or 'mean': float atomics");
     }
+    // Slots are point indices, kept in int32.
+    ROBOCACHE_CHECK(n <= int64_t(0x7fffffff), kOp,
+                    ": at most 2^31 - 1 points per call on CUDA for sum/mean/max; got ", n,
+                    " (split the batch)");
     ROBOCACHE_DISPATCH_VALUE_TYPES(in.features.scalar_type(), "voxelize_cuda", [&] {
       using feat_t = scalar_t;
       using A = compute_t<feat_t>;
       const auto acc_opts = in.features.options().dtype(c10::CppTypeToScalarType<A>::value);
+      const auto int_opts = points.options().dtype(at::kInt);
+      at::Tensor slot_of = at::full({B * cells}, -1, int_opts);
       at::Tensor acc = in.reduce == Reduce::Max
-                           ? at::full({B, C, cells}, -std::numeric_limits<A>::infinity(), acc_opts)
-                           : at::zeros({B, C, cells}, acc_opts);
-      at::Tensor counts;
-      if (in.reduce != Reduce::Sum) counts = at::zeros({B, cells}, points.options().dtype(at::kInt));
+                           ? at::full({n, C}, -std::numeric_limits<A>::infinity(), acc_opts)
+                           : at::zeros({n, C}, acc_opts);
+      at::Tensor slot_count = in.reduce == Reduce::Mean ? at::zeros({n}, int_opts) : at::Tensor();
       if (n > 0 && C > 0) {
-        voxelize_points_kernel<point_t, feat_t><<<blocks_for(n), kThreads, 0, stream>>>(
-            voxel_args<point_t, feat_t>(in), in.reduce, cells, nullptr,
-            counts.defined() ? counts.data_ptr<int32_t>() : nullptr, acc.data_ptr<A>());
+        accumulate_slots_kernel<point_t, feat_t><<<blocks_for(n), kThreads, 0, stream>>>(
+            voxel_args<point_t, feat_t>(in), in.reduce, cells, slot_of.data_ptr<int32_t>(),
+            acc.data_ptr<A>(), slot_count.defined() ? slot_count.data_ptr<int32_t>() : nullptr);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
-      const bool in_place = in.reduce == Reduce::Sum &&
-                            in.features.scalar_type() == c10::CppTypeToScalarType<A>::value;
-      if (in_place) {
-        result = acc;
-      } else {
-        result = at::empty({B, C, cells}, in.features.options());
-        if (result.numel() > 0) {
-          finalize_kernel<feat_t><<<blocks_for(result.numel()), kThreads, 0, stream>>>(
-              acc.data_ptr<A>(), counts.defined() ? counts.data_ptr<int32_t>() : nullptr,
-              in.reduce, C, cells, result.numel(), result.data_ptr<feat_t>());
-          C10_CUDA_KERNEL_LAUNCH_CHECK();
-        }
+      result = at::empty({B, C, cells}, in.features.options());
+      if (result.numel() > 0) {
+        write_dense_kernel<feat_t><<<blocks_for(B * cells), kThreads, 0, stream>>>(
+            slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(),
+            slot_count.defined() ? slot_count.data_ptr<int32_t>() : nullptr, in.reduce, C, cells,
+            B * cells, result.data_ptr<feat_t>());
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
       poison_negative_lengths<feat_t>(in, result, feat_t(std::numeric_limits<float>::quiet_NaN()));
     });
@@ -281,7 +300,7 @@ at::Tensor voxelize_backward_cuda(const at::Tensor& grad, const at::Tensor& poin
         if (in.reduce == Reduce::Mean) {
           counts = at::zeros({B, cells}, points.options().dtype(at::kInt));
           voxelize_points_kernel<point_t, feat_t><<<blocks_for(n), kThreads, 0, stream>>>(
-              a, Reduce::Count, cells, nullptr, counts.data_ptr<int32_t>(), nullptr);
+              a, Reduce::Count, cells, nullptr, counts.data_ptr<int32_t>());
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         } else if (in.reduce == Reduce::Max) {
           first = at::full({B, C, cells}, std::numeric_limits<int32_t>::max(),

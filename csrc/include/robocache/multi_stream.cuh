@@ -14,6 +14,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <cstdint>
 #include <vector>
 
@@ -33,23 +34,59 @@ struct Streams {
   StreamArgs<value_t, stamp_t> s[MAXK];
   int64_t col[MAXK];                       // first output column of each stream
   compute_t<value_t>* grad_values[MAXK];   // backward: (B, S_k, D_k) accumulators, or nullptr
+  int log2G[MAXK];                         // log2 of the lanes that share one query's channels
   int K;
 };
+
+// A warp takes a chunk of up to 32 consecutive queries of one batch row.
+// Each lane searches for its own query (32 independent searches in flight),
+// then the warp streams every query's channels: groups of G lanes take one
+// query each, reading its location from the owning lane by shuffle.
+constexpr int kChunk = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+template <typename W>
+__device__ __forceinline__ Location<W> shuffle_location(const Location<W>& loc, int src) {
+  Location<W> out;
+  out.i0 = __shfl_sync(kFullMask, loc.i0, src);
+  out.i1 = __shfl_sync(kFullMask, loc.i1, src);
+  out.w = __shfl_sync(kFullMask, loc.w, src);
+  out.dt = __shfl_sync(kFullMask, loc.dt, src);
+  out.nan = __shfl_sync(kFullMask, int(loc.nan), src) != 0;
+  return out;
+}
 
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
 __global__ void __launch_bounds__(kThreads)
     multi_stream_forward_kernel(const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
-                                value_t* __restrict__ out, int64_t out_cols, int64_t num_queries,
-                                int log2G) {
-  const int64_t i = int64_t(blockIdx.x) * (kThreads >> log2G) + (threadIdx.x >> log2G);
-  if (i >= num_queries) return;
-  const int G = 1 << log2G;
-  const int lane = threadIdx.x & (G - 1);
-  const int64_t b = i / q.T, t = i - b * q.T;
-  value_t* row = out + i * out_cols;
+                                value_t* __restrict__ out, int64_t out_cols, int64_t num_chunks,
+                                int64_t chunks_per_row) {
+  using W = weight_t<stamp_t>;
+  const int64_t chunk = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / kChunk;
+  if (chunk >= num_chunks) return;  // uniform across the warp
+  const int lane = threadIdx.x % kChunk;
+  const int64_t b = chunk / chunks_per_row;
+  const int64_t t0 = (chunk - b * chunks_per_row) * kChunk;
+  const int nq = int(q.T - t0 < kChunk ? q.T - t0 : kChunk);
+  const bool mine = lane < nq;
+  const stamp_t qv = mine ? q.query[b * q.q_bstride + (t0 + lane) * q.q_stride] : stamp_t(0);
+  value_t* rows = out + (b * q.T + t0) * out_cols;
   for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
-    const auto loc = locate_query(p.s[k], q, b, t);
-    resample_one<VEC>(p.s[k], loc, b, lane, G, row + p.col[k]);
+    const auto& s = p.s[k];
+    Location<W> loc{0, 0, W(0), W(0), true};
+    if (mine) {
+      const int64_t L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
+      loc = locate(s.times + b * s.t_bstride, s.t_stride, L, qv, s.mode);
+    }
+    const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
+    const int G = 1 << lg, per_iter = kChunk >> lg;
+    const int group = lane >> lg, sub = lane & (G - 1);
+#pragma unroll 2
+    for (int j = 0; j < nq; j += per_iter) {
+      const int src = j + group;
+      const auto l = shuffle_location(loc, src);
+      if (src < nq) resample_one<VEC>(s, l, b, sub, G, rows + src * out_cols + p.col[k]);
+    }
   }
 }
 
@@ -57,28 +94,47 @@ template <int VEC, int MAXK, typename value_t, typename stamp_t>
 __global__ void __launch_bounds__(kThreads) multi_stream_backward_kernel(
     const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
     const value_t* __restrict__ grad, int64_t g_bstride, int64_t g_tstride,
-    weight_t<stamp_t>* __restrict__ grad_query, int64_t num_queries, int log2G) {
+    weight_t<stamp_t>* __restrict__ grad_query, int64_t num_chunks, int64_t chunks_per_row) {
   using W = weight_t<stamp_t>;
-  const int64_t i = int64_t(blockIdx.x) * (kThreads >> log2G) + (threadIdx.x >> log2G);
-  const int G = 1 << log2G;
-  const int lane = threadIdx.x & (G - 1);
-  // Lanes past the end stay for the group reduction (its shuffles need the whole warp).
-  const bool active = i < num_queries;
-  W slope = W(0);
-  if (active) {
-    const int64_t b = i / q.T, t = i - b * q.T;
-    const value_t* grow = grad + b * g_bstride + t * g_tstride;
-    for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
-      const auto loc = locate_query(p.s[k], q, b, t);
-      const auto partial = resample_one_backward<VEC>(p.s[k], loc, b, lane, G, grow + p.col[k],
-                                                      p.grad_values[k], grad_query != nullptr);
-      if (loc.dt != W(0)) slope += W(partial) / loc.dt;
+  using C = compute_t<value_t>;
+  const int64_t chunk = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / kChunk;
+  if (chunk >= num_chunks) return;  // uniform across the warp
+  const int lane = threadIdx.x % kChunk;
+  const int64_t b = chunk / chunks_per_row;
+  const int64_t t0 = (chunk - b * chunks_per_row) * kChunk;
+  const int nq = int(q.T - t0 < kChunk ? q.T - t0 : kChunk);
+  const bool mine = lane < nq;
+  const stamp_t qv = mine ? q.query[b * q.q_bstride + (t0 + lane) * q.q_stride] : stamp_t(0);
+  const value_t* grows = grad + b * g_bstride + t0 * g_tstride;
+  W slope = W(0);  // d loss / d (this lane's query)
+  for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
+    const auto& s = p.s[k];
+    Location<W> loc{0, 0, W(0), W(0), true};
+    if (mine) {
+      const int64_t L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
+      loc = locate(s.times + b * s.t_bstride, s.t_stride, L, qv, s.mode);
+    }
+    const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
+    const int G = 1 << lg, per_iter = kChunk >> lg;
+    const int group = lane >> lg, sub = lane & (G - 1);
+    const bool query_grad = grad_query != nullptr;
+    for (int j = 0; j < nq; j += per_iter) {
+      const int src = j + group;
+      const auto l = shuffle_location(loc, src);
+      C partial = C(0);
+      if (src < nq) {
+        partial = resample_one_backward<VEC>(s, l, b, sub, G, grows + src * g_tstride + p.col[k],
+                                             p.grad_values[k], query_grad);
+      }
+      if (query_grad) {
+        // g . (v1 - v0) for query src, summed over its group, back to lane src.
+        partial = group_sum(partial, G);
+        const C total = __shfl_sync(kFullMask, partial, ((lane - j) & (per_iter - 1)) << lg);
+        if (lane >= j && lane < j + per_iter && loc.dt != W(0)) slope += W(total) / loc.dt;
+      }
     }
   }
-  if (grad_query != nullptr) {
-    slope = group_sum(slope, G);
-    if (active && lane == 0) grad_query[i] = slope;
-  }
+  if (grad_query != nullptr && mine) grad_query[b * q.T + t0 + lane] = slope;
 }
 
 // ---------------------------------------------------------------------------
@@ -94,18 +150,28 @@ inline int group_log2(int64_t nvec) {
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-inline unsigned int blocks_for(int64_t queries, int log2G, const char* op) {
-  const int64_t per_block = kThreads >> log2G;
-  const int64_t blocks = (queries + per_block - 1) / per_block;
-  ROBOCACHE_CHECK(blocks <= int64_t(0x7fffffff), op, ": too many queries for one launch (", queries,
-              ")");
-  return static_cast<unsigned int>(blocks);
+// Chunks of kChunk queries per batch row, kThreads / kChunk chunks per block.
+struct ChunkGrid {
+  int64_t per_row, total;
+  unsigned int blocks;
+};
+
+inline ChunkGrid chunk_grid(int64_t B, int64_t T, const char* op) {
+  ChunkGrid g;
+  g.per_row = (T + kChunk - 1) / kChunk;
+  g.total = B * g.per_row;
+  const int64_t per_block = kThreads / kChunk;
+  const int64_t blocks = (g.total + per_block - 1) / per_block;
+  ROBOCACHE_CHECK(blocks <= int64_t(0x7fffffff), op, ": too many queries for one launch (", B * T,
+                  ")");
+  g.blocks = static_cast<unsigned int>(blocks);
+  return g;
 }
 
 template <typename value_t, typename stamp_t, int MAXK>
 Streams<value_t, stamp_t, MAXK> make_streams(const MultiStreamInputs& in, int64_t first,
-                                             int64_t count,
-                                             const std::vector<int64_t>& cols) {
+                                             int64_t count, const std::vector<int64_t>& cols,
+                                             int vec) {
   Streams<value_t, stamp_t, MAXK> p{};
   p.K = static_cast<int>(count);
   for (int64_t k = 0; k < count; ++k) {
@@ -113,6 +179,7 @@ Streams<value_t, stamp_t, MAXK> make_streams(const MultiStreamInputs& in, int64_
     p.s[k] = stream_args<value_t, stamp_t>(in.values[j], in.times[j], in.lengths[j], in.modes[j]);
     p.col[k] = cols[j];
     p.grad_values[k] = nullptr;
+    p.log2G[k] = group_log2(in.values[j].size(2) / vec);
   }
   return p;
 }
@@ -134,11 +201,30 @@ bool can_vectorize(const MultiStreamInputs& in, const std::vector<int64_t>& cols
   return true;
 }
 
-template <typename value_t>
-int max_group_log2(const MultiStreamInputs& in, int vec) {
-  int lg = 0;
-  for (const auto& v : in.values) lg = std::max(lg, group_log2(v.size(2) / vec));
-  return lg;
+// Launches `launch(streams_param, vec_width_tag, first_stream, launch_index)`
+// once per kMaxStreams streams (once for resample), with the kernel template
+// arguments chosen here: 16-byte vectors where every stream allows them.
+template <typename value_t, typename stamp_t, typename F>
+void for_each_launch(const MultiStreamInputs& in, const std::vector<int64_t>& cols, bool vec,
+                     F&& launch) {
+  constexpr int V = kVec16<value_t>;
+  const int64_t K = static_cast<int64_t>(in.values.size());
+  for (int64_t first = 0, index = 0; first < K; first += kMaxStreams, ++index) {
+    const int64_t count = std::min<int64_t>(kMaxStreams, K - first);
+    if (K == 1) {
+      if (vec) {
+        launch(make_streams<value_t, stamp_t, 1>(in, 0, 1, cols, V), std::integral_constant<int, V>{}, first, index);
+      } else {
+        launch(make_streams<value_t, stamp_t, 1>(in, 0, 1, cols, 1), std::integral_constant<int, 1>{}, first, index);
+      }
+    } else if (vec) {
+      launch(make_streams<value_t, stamp_t, kMaxStreams>(in, first, count, cols, V),
+             std::integral_constant<int, V>{}, first, index);
+    } else {
+      launch(make_streams<value_t, stamp_t, kMaxStreams>(in, first, count, cols, 1),
+             std::integral_constant<int, 1>{}, first, index);
+    }
+  }
 }
 
 // out: (B, T, cols_total) contiguous; stream k writes columns [cols[k], cols[k] + D_k).
@@ -146,82 +232,44 @@ template <typename value_t, typename stamp_t>
 void launch_multi_stream_forward(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
                                  at::Tensor& out, const char* op) {
   const auto q = query_args<stamp_t>(in.query);
-  const int64_t n = out.size(0) * out.size(1), out_cols = out.size(2);
-  const int64_t K = static_cast<int64_t>(in.values.size());
+  const auto grid = chunk_grid(out.size(0), out.size(1), op);
+  const int64_t out_cols = out.size(2);
   auto stream = at::cuda::getCurrentCUDAStream();
   value_t* o = out.data_ptr<value_t>();
   const bool vec = can_vectorize<value_t>(in, cols, out_cols, o);
-  constexpr int V = kVec16<value_t>;
-  const int lg = max_group_log2<value_t>(in, vec ? V : 1);
-  const unsigned int blocks = blocks_for(n, lg, op);
-  // More streams than one parameter block holds: one launch per kMaxStreams.
-  for (int64_t first = 0; first < K; first += kMaxStreams) {
-    const int64_t count = std::min<int64_t>(kMaxStreams, K - first);
-    if (K == 1) {
-      const auto p = make_streams<value_t, stamp_t, 1>(in, 0, 1, cols);
-      if (vec) {
-        multi_stream_forward_kernel<V, 1><<<blocks, kThreads, 0, stream>>>(p, q, o, out_cols, n, lg);
-      } else {
-        multi_stream_forward_kernel<1, 1><<<blocks, kThreads, 0, stream>>>(p, q, o, out_cols, n, lg);
-      }
-    } else {
-      const auto p = make_streams<value_t, stamp_t, kMaxStreams>(in, first, count, cols);
-      if (vec) {
-        multi_stream_forward_kernel<V, kMaxStreams>
-            <<<blocks, kThreads, 0, stream>>>(p, q, o, out_cols, n, lg);
-      } else {
-        multi_stream_forward_kernel<1, kMaxStreams>
-            <<<blocks, kThreads, 0, stream>>>(p, q, o, out_cols, n, lg);
-      }
-    }
+  for_each_launch<value_t, stamp_t>(in, cols, vec, [&](const auto& p, auto vec_tag, int64_t, int64_t) {
+    constexpr int VEC = decltype(vec_tag)::value;
+    constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
+    multi_stream_forward_kernel<VEC, MAXK><<<grid.blocks, kThreads, 0, stream>>>(
+        p, q, o, out_cols, grid.total, grid.per_row);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
+  });
 }
 
 // grad: (B, T, cols_total) with unit stride along channels. grad_values[k] is
-// a zeroed (B, S_k, D_k) accumulator or nullptr; grad_query (B*T) or nullptr.
-// With more than kMaxStreams streams the query gradient of each launch is
-// written to its own slice of grad_query_parts (n per launch), summed after.
+// a zeroed (B, S_k, D_k) accumulator or nullptr. The query gradient of launch
+// i (one per kMaxStreams streams) goes to grad_query_parts + i * B * T.
 template <typename value_t, typename stamp_t>
 void launch_multi_stream_backward(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
                                   const at::Tensor& grad,
                                   const std::vector<compute_t<value_t>*>& grad_values,
                                   weight_t<stamp_t>* grad_query_parts, const char* op) {
   const auto q = query_args<stamp_t>(in.query);
-  const int64_t n = grad.size(0) * grad.size(1), cols_total = grad.size(2);
-  const int64_t K = static_cast<int64_t>(in.values.size());
+  const auto grid = chunk_grid(grad.size(0), grad.size(1), op);
+  const int64_t n = grad.size(0) * grad.size(1);
   auto stream = at::cuda::getCurrentCUDAStream();
   const value_t* g = grad.data_ptr<value_t>();
   const int64_t gb = grad.stride(0), gt = grad.stride(1);
-  const bool vec = can_vectorize<value_t>(in, cols, cols_total, g, gb, gt);
-  constexpr int V = kVec16<value_t>;
-  const int lg = max_group_log2<value_t>(in, vec ? V : 1);
-  const unsigned int blocks = blocks_for(n, lg, op);
-  int64_t launch = 0;
-  for (int64_t first = 0; first < K; first += kMaxStreams, ++launch) {
-    const int64_t count = std::min<int64_t>(kMaxStreams, K - first);
-    auto* gq = grad_query_parts ? grad_query_parts + launch * n : nullptr;
-    if (K == 1) {
-      auto p = make_streams<value_t, stamp_t, 1>(in, 0, 1, cols);
-      p.grad_values[0] = grad_values[0];
-      if (vec) {
-        multi_stream_backward_kernel<V, 1><<<blocks, kThreads, 0, stream>>>(p, q, g, gb, gt, gq, n, lg);
-      } else {
-        multi_stream_backward_kernel<1, 1><<<blocks, kThreads, 0, stream>>>(p, q, g, gb, gt, gq, n, lg);
-      }
-    } else {
-      auto p = make_streams<value_t, stamp_t, kMaxStreams>(in, first, count, cols);
-      for (int64_t k = 0; k < count; ++k) p.grad_values[k] = grad_values[first + k];
-      if (vec) {
-        multi_stream_backward_kernel<V, kMaxStreams>
-            <<<blocks, kThreads, 0, stream>>>(p, q, g, gb, gt, gq, n, lg);
-      } else {
-        multi_stream_backward_kernel<1, kMaxStreams>
-            <<<blocks, kThreads, 0, stream>>>(p, q, g, gb, gt, gq, n, lg);
-      }
-    }
+  const bool vec = can_vectorize<value_t>(in, cols, grad.size(2), g, gb, gt);
+  for_each_launch<value_t, stamp_t>(in, cols, vec, [&](auto p, auto vec_tag, int64_t first, int64_t index) {
+    constexpr int VEC = decltype(vec_tag)::value;
+    constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
+    for (int k = 0; k < p.K; ++k) p.grad_values[k] = grad_values[first + k];
+    auto* gq = grad_query_parts ? grad_query_parts + index * n : nullptr;
+    multi_stream_backward_kernel<VEC, MAXK><<<grid.blocks, kThreads, 0, stream>>>(
+        p, q, g, gb, gt, gq, grid.total, grid.per_row);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
+  });
 }
 
 }  // namespace robocache

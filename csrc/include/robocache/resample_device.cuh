@@ -40,6 +40,32 @@ __device__ __forceinline__ void resample_one(const StreamArgs<value_t, stamp_t>&
   }
 }
 
+// Adds a fragment into global memory: one 16-byte atomic per 4 floats on
+// Hopper (sm_90+), scalar atomics elsewhere and for double.
+template <int N>
+__device__ __forceinline__ void atomic_add_frag(float* dst, const cutlass::Array<float, N>& x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kVector = N % 4 == 0;
+#else
+  constexpr bool kVector = false;
+#endif
+  if constexpr (kVector) {
+#pragma unroll
+    for (int k = 0; k < N; k += 4) {
+      atomicAdd(reinterpret_cast<float4*>(dst + k), make_float4(x[k], x[k + 1], x[k + 2], x[k + 3]));
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) atomicAdd(dst + k, x[k]);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void atomic_add_frag(double* dst, const cutlass::Array<double, N>& x) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) atomicAdd(dst + k, x[k]);
+}
+
 template <typename T>
 __device__ __forceinline__ T group_sum(T x, int G) {
   for (int offset = G >> 1; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
@@ -68,15 +94,17 @@ __device__ __forceinline__ compute_t<value_t> resample_one_backward(
   for (int64_t v = lane; v < nvec; v += G) {
     const auto g = IO::load(grad + v * VEC);
     if (a0) {
+      if (w == C(0)) {
+        atomic_add_frag(a0 + v * VEC, g);
+      } else {
+        typename IO::Frag x0, x1;
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const int64_t d = v * VEC + k;
-        if (w == C(0)) {
-          atomicAdd(a0 + d, g[k]);
-        } else {
-          atomicAdd(a0 + d, g[k] - w * g[k]);
-          atomicAdd(a1 + d, w * g[k]);
+        for (int k = 0; k < VEC; ++k) {
+          x1[k] = w * g[k];
+          x0[k] = g[k] - x1[k];
         }
+        atomic_add_frag(a0 + v * VEC, x0);
+        atomic_add_frag(a1 + v * VEC, x1);
       }
     }
     if (slope) {

@@ -1,5 +1,6 @@
 import pytest
 import torch
+import torch._dynamo.testing  # noqa: F401  (CompileCounterWithBackend in the tests)
 
 import robocache  # noqa: F401  (registers the operators)
 

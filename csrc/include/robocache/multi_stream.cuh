@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kThreads)
     const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
     const int G = 1 << lg, per_iter = kChunk >> lg;
     const int group = lane >> lg, sub = lane & (G - 1);
-#pragma unroll 2
+#pragma unroll 4
     for (int j = 0; j < nq; j += per_iter) {
       const int src = j + group;
       const auto l = shuffle_location(loc, src);

@@ -13,6 +13,7 @@
 #include <cutlass/numeric_types.h>
 
 #include <limits>
+#include <type_traits>
 
 #include "robocache/dispatch.h"
 
@@ -43,16 +44,30 @@ struct VecIO {
   using Frag = cutlass::Array<C, N>;
   static_assert(sizeof(storage_t) == sizeof(value_t), "storage layout must match torch's");
 
+  // Raw words of the same size as Packed, for the cache-hinted intrinsics.
+  using Raw = std::conditional_t<
+      sizeof(Packed) == 16, int4,
+      std::conditional_t<sizeof(Packed) == 8, int2,
+                         std::conditional_t<sizeof(Packed) == 4, int, unsigned short>>>;
+  static_assert(sizeof(Raw) == sizeof(Packed), "no raw word of this size");
+
+  // Inputs are read-only for the kernel's lifetime: the non-coherent path.
   __device__ __forceinline__ static Frag load(const value_t* p) {
-    const Packed packed = *reinterpret_cast<const Packed*>(p);
+    const Raw raw = __ldg(reinterpret_cast<const Raw*>(p));
+    Packed packed;
+    memcpy(&packed, &raw, sizeof(Raw));
     return cutlass::NumericArrayConverter<C, storage_t, N>{}(packed);
   }
 
+  // Outputs are written once and not read back here: evict-first stores keep
+  // the L2 for the inputs that neighbouring queries share.
   __device__ __forceinline__ static void store(value_t* p, const Frag& f) {
     Packed packed;
     static_cast<cutlass::Array<storage_t, N>&>(packed) =
         cutlass::NumericArrayConverter<storage_t, C, N>{}(f);
-    *reinterpret_cast<Packed*>(p) = packed;
+    Raw raw;
+    memcpy(&raw, &packed, sizeof(Raw));
+    __stcs(reinterpret_cast<Raw*>(p), raw);
   }
 
   __device__ __forceinline__ static Frag nan() {

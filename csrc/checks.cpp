@@ -128,25 +128,37 @@ MultiStreamSizes check_multi_stream_inputs(at::TensorList values, at::TensorList
 }
 
 std::vector<std::optional<at::Tensor>> lengths_per_stream(
-    const c10::List<std::optional<at::Tensor>>& lengths, size_t K, const std::string& op) {
-  ROBOCACHE_CHECK_VALUE(lengths.size() == 0 || lengths.size() == K, op,
-                    ": lengths must be empty or have one entry (a tensor or None) per stream; got ",
-                    lengths.size(), " entries for ", K, " streams");
+    const std::optional<at::Tensor>& lengths, size_t K, const std::string& op) {
   std::vector<std::optional<at::Tensor>> out(K);
-  for (size_t k = 0; k < lengths.size(); ++k) out[k] = lengths.get(k);
+  if (!lengths.has_value()) return out;
+  const at::Tensor& len = *lengths;
+  ROBOCACHE_CHECK_VALUE(len.dim() == 2 && len.sym_size(0) == int64_t(K), op,
+                        ": lengths must be (K, B) with one row per stream (K = ", K,
+                        "); got shape ", shape_str(len));
+  for (size_t k = 0; k < K; ++k) out[k] = len.select(0, int64_t(k));
   return out;
 }
 
-std::vector<Mode> modes_per_stream(const std::vector<std::string>& modes, size_t K,
-                                   const std::string& op) {
-  ROBOCACHE_CHECK_VALUE(modes.size() <= 1 || modes.size() == K, op,
-                    ": modes must be empty, one mode, or one mode per stream; got ", modes.size(),
-                    " modes for ", K, " streams");
-  std::vector<Mode> out(K, Mode::Linear);
-  for (size_t k = 0; k < K && !modes.empty(); ++k) {
-    const size_t j = modes.size() == 1 ? 0 : k;
+std::vector<Mode> modes_per_stream(c10::string_view modes, size_t K, const std::string& op) {
+  std::vector<std::string> tokens;
+  std::string current;
+  for (char c : modes) {
+    if (c == ',') {
+      tokens.push_back(current);
+      current.clear();
+    } else if (c != ' ') {
+      current += c;
+    }
+  }
+  tokens.push_back(current);
+  ROBOCACHE_CHECK_VALUE(tokens.size() == 1 || tokens.size() == K, op,
+                        ": modes must be one mode or one per stream, comma-separated; got ",
+                        tokens.size(), " modes ('", std::string(modes), "') for ", K, " streams");
+  std::vector<Mode> out(K);
+  for (size_t k = 0; k < K; ++k) {
+    const size_t j = tokens.size() == 1 ? 0 : k;
     const std::string arg = "modes[" + std::to_string(j) + "]";
-    out[k] = parse_mode(modes[j], op.c_str(), arg.c_str());
+    out[k] = parse_mode(tokens[j], op.c_str(), arg.c_str());
   }
   return out;
 }

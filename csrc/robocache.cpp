@@ -32,17 +32,19 @@ TORCH_LIBRARY(robocache, m) {
       "Tensor? lengths, str mode, bool values_grad, bool query_grad) -> (Tensor, Tensor)",
       {at::Tag::pt2_compliant_tag});
   // K streams resampled onto one timeline and concatenated along channels:
-  // (B, T, sum D_k). lengths: empty, or one entry (tensor or None) per stream;
-  // modes: empty (all linear), one for every stream, or one per stream.
+  // (B, T, sum D_k). lengths: None or (K, B), a row per stream; modes: one
+  // mode for every stream, or K comma-separated ("previous,linear,linear").
+  // (Plain Tensor? and str rather than Tensor?[] and str[]: AOTInductor's
+  // proxy executor passes these reliably.)
   m.def(
-      "fuse(Tensor[] values, Tensor[] times, Tensor query_times, Tensor?[] lengths, "
-      "str[] modes) -> Tensor",
+      "fuse(Tensor[] values, Tensor[] times, Tensor query_times, Tensor? lengths=None, "
+      "str modes=\"linear\") -> Tensor",
       {at::Tag::pt2_compliant_tag});
   // Returns (grad_values per stream, grad_query_times); gradients not asked
   // for come back as empty (0,) tensors.
   m.def(
       "_fuse_backward(Tensor grad_out, Tensor[] values, Tensor[] times, Tensor query_times, "
-      "Tensor?[] lengths, str[] modes, bool[] values_grad, bool query_grad) "
+      "Tensor? lengths, str modes, bool[] values_grad, bool query_grad) "
       "-> (Tensor[], Tensor)",
       {at::Tag::pt2_compliant_tag});
   // Point clouds into dense voxel grids. reduce: occupancy | count | sum | mean | max.

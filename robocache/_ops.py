@@ -156,6 +156,10 @@ def fuse_columns(streams):
 def fuse(streams, query_times, *, modes="linear", check=False):
     """Align several sensor streams onto one timeline and concatenate them, in one kernel.
 
+    The operator underneath is ``torch.ops.robocache.fuse(values, times,
+    query_times, lengths=None, modes="linear")`` with ``lengths`` a (K, B)
+    tensor (a row per stream) and ``modes`` one mode or K comma-separated.
+
     Args:
         streams: a sequence of ``(values, times)`` or ``(values, times, lengths)``
             tuples, or a mapping of name -> such a tuple (dicts keep their order).
@@ -177,42 +181,62 @@ def fuse(streams, query_times, *, modes="linear", check=False):
     On CUDA one launch writes every stream into the output (up to 32 streams
     per launch). Gradients flow to every stream's values and to ``query_times``.
     """
-    _, values, times, lengths, modes = _unpack_streams(streams, modes)
+    names, values, times, lengths, modes = _unpack_streams(streams, modes)
     if check:
         for v, t, n in zip(values, times, lengths):
             _check_resample_data(v, t, n)
-    return torch.ops.robocache.fuse(values, times, query_times, lengths, modes)
+    return torch.ops.robocache.fuse(values, times, query_times,
+                                    _stack_lengths(names, values, lengths), ",".join(modes))
 
 
-def _no_grad_like(arg):
-    # What register_autograd expects back for a non-differentiable list input:
-    # a list of Nones for a list of tensors (also an empty one), else one None.
-    if isinstance(arg, list) and all(isinstance(a, torch.Tensor) for a in arg):
-        return [None] * len(arg)
-    return None
+def _stack_lengths(names, values, lengths):
+    """Per-stream lengths (or None) -> the operator's (K, B) int64 tensor, or None.
+
+    A stream without lengths gets S_k (all its samples valid)."""
+    if all(n is None for n in lengths):
+        return None
+    B = values[0].shape[0]
+    rows = []
+    for k, (v, n) in enumerate(zip(values, lengths)):
+        label = repr(names[k]) if names else str(k)
+        if n is None:
+            rows.append(torch.full((B,), v.shape[1], dtype=torch.long, device=v.device))
+            continue
+        if not isinstance(n, torch.Tensor):  # e.g. an FX proxy: the operator checks it
+            rows.append(n)
+            continue
+        if n.dtype != torch.long:
+            raise TypeError(f"robocache.fuse: stream {label}: lengths must be an int64 tensor; "
+                            f"got {n.dtype}")
+        if n.dim() != 1 or n.shape[0] != B:
+            raise ValueError(f"robocache.fuse: stream {label}: lengths must be (B,) = ({B},); "
+                             f"got shape {list(n.shape)}")
+        rows.append(n)
+    return torch.stack(rows)
 
 
 def _fuse_setup_context(ctx, inputs, output):
     values, times, query_times, lengths, modes = inputs
     ctx.num_streams = len(values)
     ctx.modes = modes
-    ctx.lengths = lengths  # the list itself, for its structure and its tensors
-    ctx.save_for_backward(*values, *times, query_times)
+    ctx.save_for_backward(*values, *times, query_times, lengths)
 
 
 def _fuse_backward(ctx, grad):
     K = ctx.num_streams
     saved = ctx.saved_tensors
-    values, times, query_times = list(saved[:K]), list(saved[K:2 * K]), saved[2 * K]
+    values, times = list(saved[:K]), list(saved[K:2 * K])
+    query_times, lengths = saved[2 * K], saved[2 * K + 1]
     need_values = list(ctx.needs_input_grad[0])
     need_query = bool(ctx.needs_input_grad[2])
     grad_values, grad_query = torch.ops.robocache._fuse_backward(
-        grad, values, times, query_times, ctx.lengths, ctx.modes, need_values, need_query)
-    return ([g if n else None for g, n in zip(grad_values, need_values)],
-            _no_grad_like(times),
-            grad_query if need_query else None,
-            _no_grad_like(ctx.lengths),
-            _no_grad_like(ctx.modes))
+        grad, values, times, query_times, lengths, ctx.modes, need_values, need_query)
+    # Gradients mirror the inputs' structure: a list for each list of tensors.
+    # Trailing arguments left at their defaults (lengths, modes) may not have
+    # reached autograd at all: return one entry per input it saw.
+    grads = ([g if n else None for g, n in zip(grad_values, need_values)], [None] * K,
+             grad_query if need_query else None, None, None)
+    return grads[:len(ctx.needs_input_grad)]
 
 
 torch.library.register_autograd(

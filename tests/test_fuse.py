@@ -157,11 +157,11 @@ def test_opcheck(device, requires_grad):
     values = [v.requires_grad_(requires_grad) for v, _ in streams]
     times = [t for _, t in streams]
     query = query_times(B, T, torch.float32, device).requires_grad_(requires_grad)
-    lengths = [None, torch.tensor([13, 2, 9], device=device), None]
+    lengths = torch.tensor([[8, 8, 8], [13, 2, 9], [5, 1, 3]], device=device)
     op = torch.ops.robocache.fuse.default
-    torch.library.opcheck(op, (values, times, query, lengths, ["linear", "nearest", "previous"]))
-    torch.library.opcheck(op, (values, times, query, [], []))
-    torch.library.opcheck(op, (values[:1], times[:1], query, [None], ["previous"]))
+    torch.library.opcheck(op, (values, times, query, lengths, "linear,nearest,previous"))
+    torch.library.opcheck(op, (values, times, query))
+    torch.library.opcheck(op, (values[:1], times[:1], query, None, "previous"))
 
 
 def test_opcheck_backward_op(device):
@@ -171,7 +171,7 @@ def test_opcheck_backward_op(device):
     query = query_times(2, 6, torch.float32, device)
     grad = torch.randn(2, 6, 7, device=device)
     torch.library.opcheck(torch.ops.robocache._fuse_backward.default,
-                          (grad, values, times, query, [], [], [True, False], True))
+                          (grad, values, times, query, None, "linear", [True, False], True))
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -220,7 +220,7 @@ def test_error_empty_stream_list():
     with pytest.raises(ValueError, match="streams is empty"):
         robocache.fuse([], torch.rand(4))
     with pytest.raises(ValueError, match="needs at least one stream; got an empty list"):
-        torch.ops.robocache.fuse([], [], torch.rand(4), [], [])
+        torch.ops.robocache.fuse([], [], torch.rand(4))
 
 
 def test_error_shape_mismatch_names_the_stream():
@@ -259,10 +259,14 @@ def test_error_modes_and_lengths_lists():
     a = (torch.randn(2, 5, 3), torch.arange(5.0))
     with pytest.raises(ValueError, match=r"modes\[1\] must be 'linear', 'nearest' or 'previous'; got 'cubic'"):
         robocache.fuse([a, a], torch.rand(4), modes=["linear", "cubic"])
-    with pytest.raises(ValueError, match=r"modes must be empty, one mode, or one mode per stream"):
-        torch.ops.robocache.fuse([a[0]] * 3, [a[1]] * 3, torch.rand(4), [], ["linear"] * 2)
-    with pytest.raises(ValueError, match=r"lengths must be empty or have one entry"):
-        torch.ops.robocache.fuse([a[0]] * 3, [a[1]] * 3, torch.rand(4), [None], [])
+    with pytest.raises(ValueError, match=r"modes must be one mode or one per stream, comma-separated; got 2 modes \('linear,previous'\) for 3 streams"):
+        torch.ops.robocache.fuse([a[0]] * 3, [a[1]] * 3, torch.rand(4), None, "linear,previous")
+    with pytest.raises(ValueError, match=r"lengths must be \(K, B\) with one row per stream \(K = 3\); got shape \[2, 2\]"):
+        torch.ops.robocache.fuse([a[0]] * 3, [a[1]] * 3, torch.rand(4), torch.ones(2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"stream 1: lengths must be \(B,\) = \(2,\); got shape \[3\]"):
+        robocache.fuse([a, (a[0], a[1], torch.tensor([1, 2, 3]))], torch.rand(4))
+    with pytest.raises(TypeError, match=r"stream 0: lengths must be an int64 tensor"):
+        robocache.fuse([(a[0], a[1], torch.tensor([1, 2], dtype=torch.int32))], torch.rand(4))
     with pytest.raises(ValueError, match=r"stream 1: lengths\[0\] = 9 is outside \[1, S\]"):
         robocache.fuse([a, (a[0], a[1], torch.tensor([9, 1]))], torch.rand(4))
     with pytest.raises(ValueError, match=r"stream 'x' must be a \(values, times\)"):

@@ -15,8 +15,9 @@ constexpr const char* kOp = "robocache.fuse";
 
 MultiStreamInputs checked_inputs(at::TensorList values, at::TensorList times,
                                  const at::Tensor& query_times,
-                                 const c10::List<std::optional<at::Tensor>>& lengths,
-                                 const std::vector<std::string>& modes) {
+                                 const std::optional<at::Tensor>& lengths,
+                                 c10::string_view modes) {
+  ROBOCACHE_CHECK_VALUE(!values.empty(), kOp, ": needs at least one stream; got an empty list");
   const auto len = lengths_per_stream(lengths, values.size(), kOp);
   auto m = modes_per_stream(modes, values.size(), kOp);
   check_multi_stream_inputs(values, times, query_times, len, kOp);
@@ -24,15 +25,15 @@ MultiStreamInputs checked_inputs(at::TensorList values, at::TensorList times,
 }
 
 at::Tensor fuse_cuda(at::TensorList values, at::TensorList times, const at::Tensor& query_times,
-                     const c10::List<std::optional<at::Tensor>>& lengths,
-                     const std::vector<std::string>& modes) {
+                     const std::optional<at::Tensor>& lengths,
+                     c10::string_view modes) {
   return multi_stream_forward_cuda(checked_inputs(values, times, query_times, lengths, modes), kOp);
 }
 
 std::tuple<std::vector<at::Tensor>, at::Tensor> fuse_backward_cuda(
     const at::Tensor& grad_out, at::TensorList values, at::TensorList times,
-    const at::Tensor& query_times, const c10::List<std::optional<at::Tensor>>& lengths,
-    const std::vector<std::string>& modes, const c10::List<bool>& values_grad, bool query_grad) {
+    const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
+    c10::string_view modes, const c10::List<bool>& values_grad, bool query_grad) {
   const auto in = checked_inputs(values, times, query_times, lengths, modes);
   ROBOCACHE_CHECK_VALUE(values_grad.size() == values.size(), kOp, ": values_grad has ",
                     values_grad.size(), " entries for ", values.size(), " streams");

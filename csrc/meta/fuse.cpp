@@ -13,24 +13,25 @@ constexpr const char* kOp = "robocache.fuse";
 
 MultiStreamSizes checked_sizes(at::TensorList values, at::TensorList times,
                                const at::Tensor& query_times,
-                               const c10::List<std::optional<at::Tensor>>& lengths,
-                               const std::vector<std::string>& modes) {
+                               const std::optional<at::Tensor>& lengths,
+                               c10::string_view modes) {
+  ROBOCACHE_CHECK_VALUE(!values.empty(), kOp, ": needs at least one stream; got an empty list");
   const auto len = lengths_per_stream(lengths, values.size(), kOp);
   modes_per_stream(modes, values.size(), kOp);
   return check_multi_stream_inputs(values, times, query_times, len, kOp);
 }
 
 at::Tensor fuse_meta(at::TensorList values, at::TensorList times, const at::Tensor& query_times,
-                     const c10::List<std::optional<at::Tensor>>& lengths,
-                     const std::vector<std::string>& modes) {
+                     const std::optional<at::Tensor>& lengths,
+                     c10::string_view modes) {
   const auto n = checked_sizes(values, times, query_times, lengths, modes);
   return at::empty_symint({n.B, n.T, n.D_total}, values[0].options());
 }
 
 std::tuple<std::vector<at::Tensor>, at::Tensor> fuse_backward_meta(
     const at::Tensor& grad_out, at::TensorList values, at::TensorList times,
-    const at::Tensor& query_times, const c10::List<std::optional<at::Tensor>>& lengths,
-    const std::vector<std::string>& modes, const c10::List<bool>& values_grad, bool query_grad) {
+    const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
+    c10::string_view modes, const c10::List<bool>& values_grad, bool query_grad) {
   const auto n = checked_sizes(values, times, query_times, lengths, modes);
   ROBOCACHE_CHECK_VALUE(values_grad.size() == values.size(), kOp, ": values_grad has ",
                     values_grad.size(), " entries for ", values.size(), " streams");

@@ -45,13 +45,13 @@ MultiStreamSizes check_multi_stream_inputs(at::TensorList values, at::TensorList
                                            const std::vector<std::optional<at::Tensor>>& lengths,
                                            const std::string& op);
 
-// lengths as given to fuse: empty (no lengths) or one entry per stream.
+// lengths as given to fuse: None, or (K, B) int64 with one row per stream;
+// returns each stream's (B,) row (validated with that stream's inputs).
 std::vector<std::optional<at::Tensor>> lengths_per_stream(
-    const c10::List<std::optional<at::Tensor>>& lengths, size_t K, const std::string& op);
+    const std::optional<at::Tensor>& lengths, size_t K, const std::string& op);
 
-// modes as given to fuse: empty (all linear), one (for every stream) or one per stream.
-std::vector<Mode> modes_per_stream(const std::vector<std::string>& modes, size_t K,
-                                   const std::string& op);
+// modes as given to fuse: one mode for every stream, or K comma-separated modes.
+std::vector<Mode> modes_per_stream(c10::string_view modes, size_t K, const std::string& op);
 
 // grad_out of a backward must have the forward output's shape (B, T, D_total).
 void check_grad_out(const at::Tensor& grad_out, const c10::SymInt& B, const c10::SymInt& T,

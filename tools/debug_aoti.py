@@ -1,3 +1,10 @@
+"""Diagnose AOTInductor with robocache's operators, one operator at a time.
+
+Exports a tiny module per operator, packages each with AOTInductor, and loads
+each package in a fresh Python process (printing its return code), so a
+crash names the operator, or shows that every package crashes. Usage:
+    python tools/debug_aoti.py OUT_DIR
+"""
 import os, subprocess, sys, torch, robocache
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)

@@ -16,14 +16,16 @@ def _load_library():
             f"robocache's compiled library was built against torch {_build_info.TORCH_VERSION}, "
             f"but torch {torch.__version__} is installed. Rebuild it: "
             "`pip install --no-build-isolation -e .` (or `make build`).")
+    import importlib.util
+
+    if importlib.util.find_spec(__name__ + "._C") is None:
+        raise ImportError(
+            "robocache's compiled library (robocache._C) is missing: the extension has not "
+            "been built. Build it with `pip install --no-build-isolation -e .` "
+            "(or `make build`).")
     try:
         from . import _C  # noqa: F401  (loading it runs the operator registrations)
     except ImportError as e:
-        if getattr(e, "name", None) == "robocache._C" or "No module named" in str(e):
-            raise ImportError(
-                "robocache's compiled library (robocache._C) is missing: the extension has not "
-                "been built. Build it with `pip install --no-build-isolation -e .` "
-                "(or `make build`).") from e
         raise ImportError(
             f"robocache's compiled library failed to load ({e}); it probably does not match "
             f"the installed torch {torch.__version__}. Rebuild it: "

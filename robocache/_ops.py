@@ -296,7 +296,7 @@ def voxelize(points, grid_size, voxel_size, origin, *, features=None, lengths=No
     """
     if reduce not in _REDUCES:
         raise ValueError(f"robocache.voxelize: reduce must be one of {_REDUCES}; got {reduce!r}")
-    grid = [int(g) for g in grid_size] if not isinstance(grid_size, torch.SymInt) else grid_size
+    grid = [g if isinstance(g, torch.SymInt) else int(g) for g in grid_size]
     if check and lengths is not None:
         N = points.shape[-2]
         bad = ((lengths < 0) | (lengths > N)).nonzero()

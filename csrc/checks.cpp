@@ -273,22 +273,81 @@ std::vector<c10::SymInt> voxelize_result_shape(const VoxelizeSizes& n,
   return shape;
 }
 
-void check_point_lengths_cpu(const at::Tensor& lengths, int64_t N, const std::string& op) {
+
+void check_lengths_in_range(const at::Tensor& lengths, int64_t lo, int64_t hi, const char* bound,
+                            const std::string& op) {
   const at::Tensor len = lengths.contiguous();
   const int64_t* p = len.data_ptr<int64_t>();
   for (int64_t b = 0; b < len.numel(); ++b) {
-    ROBOCACHE_CHECK_VALUE(p[b] >= 0 && p[b] <= N, op, ": lengths[", b, "] = ", p[b],
-                      " is outside [0, N] with N = ", N);
+    ROBOCACHE_CHECK_VALUE(p[b] >= lo && p[b] <= hi, op, ": lengths[", b, "] = ", p[b],
+                          " is outside [", lo, ", ", bound, "] with ", bound, " = ", hi);
   }
 }
 
-void check_lengths_values_cpu(const at::Tensor& lengths, int64_t S, const std::string& op) {
-  const at::Tensor len = lengths.contiguous();
-  const int64_t* p = len.data_ptr<int64_t>();
-  for (int64_t b = 0; b < len.numel(); ++b) {
-    ROBOCACHE_CHECK_VALUE(p[b] >= 1 && p[b] <= S, op, ": lengths[", b, "] = ", p[b],
-                      " is outside [1, S] with S = ", S);
+MultiStreamInputs resample_inputs(const at::Tensor& values, const at::Tensor& times,
+                                  const at::Tensor& query_times,
+                                  const std::optional<at::Tensor>& lengths,
+                                  c10::string_view mode, bool host_lengths) {
+  constexpr const char* op = "robocache.resample";
+  const Mode m = parse_mode(mode, op);
+  check_resample_inputs(values, times, query_times, lengths, op);
+  if (host_lengths && lengths.has_value()) {
+    check_lengths_in_range(*lengths, 1, values.size(1), "S", op);
   }
+  return prepare_inputs({values}, {times}, query_times, {lengths}, {m});
+}
+
+MultiStreamInputs fuse_inputs(at::TensorList values, at::TensorList times,
+                              const at::Tensor& query_times,
+                              const std::optional<at::Tensor>& lengths, c10::string_view modes,
+                              bool host_lengths) {
+  constexpr const char* op = "robocache.fuse";
+  ROBOCACHE_CHECK_VALUE(!values.empty(), op, ": needs at least one stream; got an empty list");
+  const auto len = lengths_per_stream(lengths, values.size(), op);
+  auto m = modes_per_stream(modes, values.size(), op);
+  check_multi_stream_inputs(values, times, query_times, len, op);
+  for (size_t k = 0; host_lengths && k < len.size(); ++k) {
+    if (len[k].has_value()) {
+      check_lengths_in_range(*len[k], 1, values[k].size(1), "S",
+                             std::string(op) + ": stream " + std::to_string(k));
+    }
+  }
+  return prepare_inputs(values, times, query_times, len, std::move(m));
+}
+
+void check_backward_args(const MultiStreamInputs& in, const at::Tensor& grad_out,
+                         size_t num_values_grad, bool query_grad, const char* op) {
+  ROBOCACHE_CHECK_VALUE(num_values_grad == in.values.size(), op, ": values_grad has ",
+                        num_values_grad, " entries for ", in.values.size(), " streams");
+  int64_t total = 0;
+  column_offsets(in, &total);
+  check_grad_out(grad_out, in.values[0].size(0), in.query.size(-1), total, op);
+  check_query_grad(in.query, query_grad, op);
+}
+
+VoxelInputs voxelize_inputs(const at::Tensor& points, const std::optional<at::Tensor>& features,
+                            const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
+                            at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
+                            c10::string_view reduce_str, bool host_lengths) {
+  constexpr const char* op = "robocache.voxelize";
+  const Reduce reduce = parse_reduce(reduce_str, op);
+  const auto n = check_voxelize_inputs(points, features, lengths,
+                                       c10::fromIntArrayRefSlow(grid_size), voxel_size, origin,
+                                       reduce, op);
+  if (host_lengths && lengths.has_value()) {
+    check_lengths_in_range(*lengths, 0, n.N.expect_int(), "N", op);
+  }
+  return prepare_voxel_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce);
+}
+
+void check_voxelize_backward_args(const VoxelInputs& in, const at::Tensor& grad,
+                                  const at::Tensor& result, c10::string_view reduce) {
+  constexpr const char* op = "robocache.voxelize";
+  ROBOCACHE_CHECK_VALUE(reduce_needs_features(in.reduce), op,
+                        ": only sum, mean and max have a gradient; got reduce='",
+                        std::string(reduce), "'");
+  ROBOCACHE_CHECK_VALUE(grad.sizes() == result.sizes(), op, ": grad must have the result's shape ",
+                        result.sizes(), "; got ", grad.sizes());
 }
 
 }  // namespace robocache

@@ -1,5 +1,6 @@
 // CPU entry points of robocache::resample and robocache::_resample_backward.
 // The kernels are shared with fuse (csrc/cpu/interp_kernels.cpp).
+// Lengths outside [1, S] are rejected here (reading them is free on the CPU).
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
@@ -11,28 +12,19 @@ namespace {
 
 constexpr const char* kOp = "robocache.resample";
 
-MultiStreamInputs checked_inputs(const at::Tensor& values, const at::Tensor& times,
-                                 const at::Tensor& query_times,
-                                 const std::optional<at::Tensor>& lengths, c10::string_view mode) {
-  const Mode m = parse_mode(mode, kOp);
-  check_resample_inputs(values, times, query_times, lengths, kOp);
-  if (lengths.has_value()) check_lengths_values_cpu(*lengths, values.size(1), kOp);
-  return prepare_inputs({values}, {times}, query_times, {lengths}, {m});
-}
-
 at::Tensor resample_cpu(const at::Tensor& values, const at::Tensor& times,
                         const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
                         c10::string_view mode) {
-  return multi_stream_forward_cpu(checked_inputs(values, times, query_times, lengths, mode), kOp);
+  return multi_stream_forward_cpu(
+      resample_inputs(values, times, query_times, lengths, mode, true), kOp);
 }
 
 std::tuple<at::Tensor, at::Tensor> resample_backward_cpu(
     const at::Tensor& grad_out, const at::Tensor& values, const at::Tensor& times,
     const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
     c10::string_view mode, bool values_grad, bool query_grad) {
-  const auto in = checked_inputs(values, times, query_times, lengths, mode);
-  check_grad_out(grad_out, values.size(0), query_times.size(-1), values.size(2), kOp);
-  check_query_grad(query_times, query_grad, kOp);
+  const auto in = resample_inputs(values, times, query_times, lengths, mode, true);
+  check_backward_args(in, grad_out, 1, query_grad, kOp);
   auto [grad_values, grad_query] =
       multi_stream_backward_cpu(in, grad_out, {values_grad}, query_grad, kOp);
   return {grad_values[0], grad_query};

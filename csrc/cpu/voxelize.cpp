@@ -20,16 +20,6 @@ namespace {
 
 constexpr const char* kOp = "robocache.voxelize";
 
-VoxelInputs checked_inputs(const at::Tensor& points, const std::optional<at::Tensor>& features,
-                           const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
-                           at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
-                           c10::string_view reduce_str) {
-  const Reduce reduce = parse_reduce(reduce_str, kOp);
-  const auto n = check_voxelize_inputs(points, features, lengths, c10::fromIntArrayRefSlow(grid_size),
-                                       voxel_size, origin, reduce, kOp);
-  if (lengths.has_value()) check_point_lengths_cpu(*lengths, n.N.expect_int(), kOp);
-  return prepare_voxel_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce);
-}
 
 // Accumulates one pass over the points; acc is (B, C, cells) and counts
 // (B, cells), either may be null when the reduce does not use it.
@@ -69,7 +59,8 @@ at::Tensor voxelize_cpu(const at::Tensor& points, const std::optional<at::Tensor
                         const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
                         at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
                         c10::string_view reduce_str) {
-  const auto in = checked_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str);
+  const auto in = voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
+                                  reduce_str, true);
   const int64_t B = in.B(), C = in.C(), cells = in.cells();
   at::Tensor result;
   AT_DISPATCH_FLOATING_TYPES(points.scalar_type(), "voxelize_cpu", [&] {
@@ -166,11 +157,9 @@ at::Tensor voxelize_backward_cpu(const at::Tensor& grad, const at::Tensor& point
                                  at::IntArrayRef grid_size, at::ArrayRef<double> voxel_size,
                                  at::ArrayRef<double> origin, c10::string_view reduce_str,
                                  const at::Tensor& result) {
-  const auto in = checked_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str);
-  ROBOCACHE_CHECK_VALUE(reduce_needs_features(in.reduce), kOp,
-                    ": only sum, mean and max have a gradient; got reduce='", std::string(reduce_str), "'");
-  ROBOCACHE_CHECK_VALUE(grad.sizes() == result.sizes(), kOp, ": grad must have the result's shape ",
-                    result.sizes(), "; got ", grad.sizes());
+  const auto in = voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
+                                  reduce_str, true);
+  check_voxelize_backward_args(in, grad, result, reduce_str);
   const int64_t B = in.B(), C = in.C();
   at::Tensor grad_features = at::empty({B, in.N(), C}, features.options());
   const at::Tensor g = grad.to(features.scalar_type()).contiguous().view({B, C, in.cells()});

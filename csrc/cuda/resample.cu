@@ -1,6 +1,8 @@
 // CUDA entry points of robocache::resample and robocache::_resample_backward.
-// The kernels are shared with fuse (csrc/cuda/interp_kernels.cu); resample is
-// their one-stream case: one launch forward, one launch backward.
+// The kernels are shared with fuse (csrc/cuda/interp_kernels.cu);
+// one launch forward, one launch backward (up to 32 streams). Lengths are never
+// read on the host: values outside [1, S] follow the documented contract
+// (NaN rows, clamping) instead of raising.
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
@@ -12,29 +14,19 @@ namespace {
 
 constexpr const char* kOp = "robocache.resample";
 
-// No value checks that would read device memory: lengths outside [1, S]
-// follow the documented contract (NaN rows, clamping) instead.
-MultiStreamInputs checked_inputs(const at::Tensor& values, const at::Tensor& times,
-                                 const at::Tensor& query_times,
-                                 const std::optional<at::Tensor>& lengths, c10::string_view mode) {
-  const Mode m = parse_mode(mode, kOp);
-  check_resample_inputs(values, times, query_times, lengths, kOp);
-  return prepare_inputs({values}, {times}, query_times, {lengths}, {m});
-}
-
 at::Tensor resample_cuda(const at::Tensor& values, const at::Tensor& times,
                          const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
                          c10::string_view mode) {
-  return multi_stream_forward_cuda(checked_inputs(values, times, query_times, lengths, mode), kOp);
+  return multi_stream_forward_cuda(
+      resample_inputs(values, times, query_times, lengths, mode, false), kOp);
 }
 
 std::tuple<at::Tensor, at::Tensor> resample_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& values, const at::Tensor& times,
     const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
     c10::string_view mode, bool values_grad, bool query_grad) {
-  const auto in = checked_inputs(values, times, query_times, lengths, mode);
-  check_grad_out(grad_out, values.size(0), query_times.size(-1), values.size(2), kOp);
-  check_query_grad(query_times, query_grad, kOp);
+  const auto in = resample_inputs(values, times, query_times, lengths, mode, false);
+  check_backward_args(in, grad_out, 1, query_grad, kOp);
   auto [grad_values, grad_query] =
       multi_stream_backward_cuda(in, grad_out, {values_grad}, query_grad, kOp);
   return {grad_values[0], grad_query};

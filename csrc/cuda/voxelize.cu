@@ -153,21 +153,13 @@ void poison_negative_lengths(const VoxelInputs& in, at::Tensor& out, out_t poiso
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-VoxelInputs checked_inputs(const at::Tensor& points, const std::optional<at::Tensor>& features,
-                           const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
-                           at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
-                           c10::string_view reduce_str) {
-  const Reduce reduce = parse_reduce(reduce_str, kOp);
-  check_voxelize_inputs(points, features, lengths, c10::fromIntArrayRefSlow(grid_size), voxel_size,
-                        origin, reduce, kOp);
-  return prepare_voxel_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce);
-}
 
 at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tensor>& features,
                          const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
                          at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
                          c10::string_view reduce_str) {
-  const auto in = checked_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str);
+  const auto in = voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
+                                  reduce_str, false);
   const c10::cuda::CUDAGuard guard(points.device());
   const int64_t B = in.B(), C = in.C(), cells = in.cells(), n = B * in.N();
   auto stream = at::cuda::getCurrentCUDAStream();
@@ -279,11 +271,9 @@ at::Tensor voxelize_backward_cuda(const at::Tensor& grad, const at::Tensor& poin
                                   at::IntArrayRef grid_size, at::ArrayRef<double> voxel_size,
                                   at::ArrayRef<double> origin, c10::string_view reduce_str,
                                   const at::Tensor& result) {
-  const auto in = checked_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str);
-  ROBOCACHE_CHECK_VALUE(reduce_needs_features(in.reduce), kOp,
-                    ": only sum, mean and max have a gradient; got reduce='", std::string(reduce_str), "'");
-  ROBOCACHE_CHECK_VALUE(grad.sizes() == result.sizes(), kOp, ": grad must have the result's shape ",
-                    result.sizes(), "; got ", grad.sizes());
+  const auto in = voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
+                                  reduce_str, false);
+  check_voxelize_backward_args(in, grad, result, reduce_str);
   const c10::cuda::CUDAGuard guard(points.device());
   const int64_t B = in.B(), C = in.C(), cells = in.cells(), n = B * in.N();
   auto stream = at::cuda::getCurrentCUDAStream();

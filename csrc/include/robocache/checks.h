@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "robocache/interp.h"
+#include "robocache/stream.h"
 #include "robocache/voxel.h"
 
 namespace robocache {
@@ -80,10 +81,33 @@ VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
 std::vector<c10::SymInt> voxelize_result_shape(const VoxelizeSizes& n,
                                                c10::SymIntArrayRef grid_size, Reduce reduce);
 
-// On the CPU the voxelize lengths can be read: each must be in [0, N].
-void check_point_lengths_cpu(const at::Tensor& lengths, int64_t N, const std::string& op);
+// Where the lengths can be read for free (the CPU), reject any entry outside
+// [lo, hi]; `bound` names hi in the message ("S", "N").
+void check_lengths_in_range(const at::Tensor& lengths, int64_t lo, int64_t hi, const char* bound,
+                            const std::string& op);
 
-// On the CPU the lengths can be read for free: reject any outside [1, S].
-void check_lengths_values_cpu(const at::Tensor& lengths, int64_t S, const std::string& op);
+// The entry points' whole validation, shared by the CPU and CUDA kernels of
+// each operator. `host_lengths`: also check the lengths' values (CPU only;
+// CUDA never reads device data on the host).
+MultiStreamInputs resample_inputs(const at::Tensor& values, const at::Tensor& times,
+                                  const at::Tensor& query_times,
+                                  const std::optional<at::Tensor>& lengths,
+                                  c10::string_view mode, bool host_lengths);
+MultiStreamInputs fuse_inputs(at::TensorList values, at::TensorList times,
+                              const at::Tensor& query_times,
+                              const std::optional<at::Tensor>& lengths, c10::string_view modes,
+                              bool host_lengths);
+// A resample/fuse backward's grad_out (the forward output's shape), its
+// values_grad flags (one per stream) and query_grad.
+void check_backward_args(const MultiStreamInputs& in, const at::Tensor& grad_out,
+                         size_t num_values_grad, bool query_grad, const char* op);
+
+VoxelInputs voxelize_inputs(const at::Tensor& points, const std::optional<at::Tensor>& features,
+                            const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
+                            at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
+                            c10::string_view reduce, bool host_lengths);
+// voxelize's backward: a reduce with a gradient, and grad shaped like result.
+void check_voxelize_backward_args(const VoxelInputs& in, const at::Tensor& grad,
+                                  const at::Tensor& result, c10::string_view reduce);
 
 }  // namespace robocache

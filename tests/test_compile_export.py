@@ -108,14 +108,55 @@ def _run_fresh(kind, path, check):
     return result.stdout
 
 
+class _Plain(torch.nn.Module):
+    def forward(self, x):
+        return torch.sin(x) + 1
+
+
+def _plain_aoti_loads(device, out_dir):
+    """Whether a package with no robocache operator loads and runs in a fresh
+    process here (one that does not import robocache): (ok, detail)."""
+    x = torch.randn(3, 8, device=device)
+    ep = torch.export.export(_Plain(), (x,))
+    path = torch._inductor.aoti_compile_and_package(
+        ep, package_path=os.path.join(out_dir, f"plain_{device}.pt2"))
+    code = ("import sys, torch; m = torch._inductor.aoti_load_package(sys.argv[1]); "
+            f"x = torch.ones(3, 8, device={device!r}); "
+            "assert torch.equal(m(x).cpu(), (torch.sin(x) + 1).cpu()); print('ok')")
+    try:
+        r = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
+                           timeout=300)
+    except subprocess.TimeoutExpired:
+        return False, "timed out"
+    return r.returncode == 0 and "ok" in r.stdout, f"rc {r.returncode}: {r.stderr[-300:]}"
+
+
+def _run_aoti_fresh(package, check, device, out_dir):
+    """_run_fresh for an AOTInductor package. If it fails and a package with no
+    robocache operator fails to load here as well, AOTInductor itself is broken
+    in this environment (seen with torch 2.11 on one GPU machine: a segfault in
+    the generated wrapper's std::regex), and the test is skipped saying so."""
+    runner = os.path.join(EXAMPLES, "run_exported.py")
+    result = subprocess.run([sys.executable, runner, "aoti", package, check],
+                            capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        ok, detail = _plain_aoti_loads(device, out_dir)
+        if not ok:
+            pytest.skip(f"AOTInductor cannot load even a package without robocache operators "
+                        f"in this environment (torch {torch.__version__}; plain package: {detail}; "
+                        f"robocache package: rc {result.returncode})")
+    assert result.returncode == 0, result.stderr
+    assert "max |diff| vs eager" in result.stdout
+
+
 def test_export_save_load_in_a_fresh_process(exported):
     _, program, _, check = exported
     _run_fresh("export", program, check)
 
 
-def test_aoti_package_in_a_fresh_process(exported):
+def test_aoti_package_in_a_fresh_process(exported, tmp_path):
     _, _, package, check = exported
-    _run_fresh("aoti", package, check)
+    _run_aoti_fresh(package, check, "cpu", str(tmp_path))
 
 
 @requires_cuda
@@ -129,7 +170,7 @@ def test_cuda_export_and_aoti(tmp_path):
     check = os.path.join(str(tmp_path), "check.pt")
     torch.save({"inputs": check_inputs, "expected": expected}, check)
     _run_fresh("export", program, check)
-    _run_fresh("aoti", package, check)
+    _run_aoti_fresh(package, check, "cuda", str(tmp_path))
 
 
 @requires_cuda

@@ -593,3 +593,24 @@ def test_cuda_index_math_past_2_pow_31():
     idx = torch.tensor([0, 1, T // 2, T - 2, T - 1], device="cuda")
     assert_close(out[0, idx].double(), ref64(values, times, query[idx])[0], rtol=1.6e-2, atol=1.6e-2)
     del out
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending", "random"])
+@pytest.mark.parametrize("mode", MODES)
+def test_query_order_and_repeated_times_on_long_rows(device, order, mode):
+    """The searches' fast paths (the CPU's gallop from the previous query, the
+    GPU's warp-wide pivots on rows of 64+ samples, with its per-lane fallback
+    where a chunk of queries spans rows of different lengths) agree with a
+    plain binary search for every query order, with runs of repeated times."""
+    B, S, T, D = 5, 300, 97, 3
+    times = torch.sort(torch.randint(0, 120, (B, S), device=device).double(), dim=1).values
+    values = torch.randn(B, S, D, dtype=torch.float64, device=device)
+    q = torch.rand(B, T, dtype=torch.float64, device=device) * 130 - 5
+    q[:, ::7] = times[:, :T:7].clone()  # exactly on (repeated) sample times
+    if order != "random":
+        q = torch.sort(q, dim=1, descending=order == "descending").values
+    lengths = torch.tensor([S, 64, 200, 1, 299], device=device)
+    for lens in (None, lengths):
+        out = robocache.resample(values, times, q, lengths=lens, mode=mode)
+        expected = reference.resample(values, times, q, lengths=lens, mode=mode)
+        assert_close(out, expected, rtol=1e-12, atol=1e-12, equal_nan=True)

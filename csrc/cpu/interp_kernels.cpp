@@ -51,10 +51,14 @@ void forward_impl(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
   value_t* o = out.data_ptr<value_t>();
   const int64_t grain = std::max<int64_t>(1, 2048 / std::max<int64_t>(row_len, 1));
   at::parallel_for(0, out.size(0) * T, grain, [&](int64_t begin, int64_t end) {
+    // Each stream's search starts from the previous query's answer: sorted
+    // queries then cost a step or two each instead of log2(S).
+    std::vector<int64_t> hints(streams.size(), -1);
     for (int64_t i = begin; i < end; ++i) {
       const int64_t b = i / T, t = i - b * T;
       for (size_t k = 0; k < streams.size(); ++k) {
-        write_channels(streams[k], locate_query(streams[k], q, b, t), b, o + i * row_len + cols[k]);
+        write_channels(streams[k], locate_query(streams[k], q, b, t, &hints[k]), b,
+                       o + i * row_len + cols[k]);
       }
     }
   });
@@ -72,12 +76,13 @@ void backward_impl(const MultiStreamInputs& in, const std::vector<int64_t>& cols
   const int64_t B = grad.size(0), T = grad.size(1), row_len = grad.size(2);
   const value_t* g = grad.data_ptr<value_t>();
   at::parallel_for(0, B, 1, [&](int64_t b_begin, int64_t b_end) {
+    std::vector<int64_t> hints(streams.size(), -1);  // as in forward_impl
     for (int64_t b = b_begin; b < b_end; ++b) {
       for (int64_t t = 0; t < T; ++t) {
         W slope = W(0);
         for (size_t k = 0; k < streams.size(); ++k) {
           const auto& s = streams[k];
-          const auto loc = locate_query(s, q, b, t);
+          const auto loc = locate_query(s, q, b, t, &hints[k]);
           if (loc.nan) continue;
           const value_t* gr = g + (b * T + t) * row_len + cols[k];
           const C w = C(loc.w);

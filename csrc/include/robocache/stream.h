@@ -35,10 +35,10 @@ struct QueryArgs {
 template <typename value_t, typename stamp_t>
 ROBOCACHE_HD Location<weight_t<stamp_t>> locate_query(const StreamArgs<value_t, stamp_t>& s,
                                                       const QueryArgs<stamp_t>& q, int64_t b,
-                                                      int64_t t) {
+                                                      int64_t t, int64_t* hint = nullptr) {
   const int64_t L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
   return locate(s.times + b * s.t_bstride, s.t_stride, L,
-                q.query[b * q.q_bstride + t * q.q_stride], s.mode);
+                q.query[b * q.q_bstride + t * q.q_stride], s.mode, hint);
 }
 
 // values must have unit stride along D (see unit_stride_d) and lengths, if

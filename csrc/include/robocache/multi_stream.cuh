@@ -56,27 +56,69 @@ __device__ __forceinline__ Location<W> shuffle_location(const Location<W>& loc, 
   return out;
 }
 
+// upper_bound(times, stride, L, q) for every lane of a warp whose lanes all
+// search the same row: the warp loads 31 evenly spaced pivots at once (one
+// round trip), each lane finds its bracket among them in shared memory, and
+// bisects only that 1/32 of the row, saving five dependent round trips.
+// `pivots` is this warp's 32 entries of shared memory.
+template <typename stamp_t>
+__device__ __forceinline__ int64_t warp_upper_bound(const stamp_t* times, int64_t stride, int64_t L,
+                                                    stamp_t q, int lane, stamp_t* pivots) {
+  // Pivot j (j < 31) is sample ((j + 1) * L) / 32.
+  if (lane < 31) pivots[lane] = times[(((lane + 1) * L) >> 5) * stride];
+  __syncwarp();
+  int lo = 0, hi = 31;  // c = the number of pivots <= q
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (pivots[mid] <= q) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  __syncwarp();  // the pivots are read before the next call overwrites them
+  const int c = lo;
+  const int64_t first = c == 0 ? 0 : ((int64_t(c) * L) >> 5) + 1;  // past pivot c - 1
+  const int64_t last = c == 31 ? L : (int64_t(c + 1) * L) >> 5;     // at pivot c
+  return first + upper_bound(times + first * stride, stride, last - first, q);
+}
+
+// Forward. Chunks run over the flattened (B * T) queries, so a short row
+// does not leave most of a warp idle; each query's batch row travels with its
+// location.
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
 __global__ void __launch_bounds__(kThreads)
     multi_stream_forward_kernel(const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
-                                value_t* __restrict__ out, int64_t out_cols, int64_t num_chunks,
-                                int64_t chunks_per_row) {
+                                value_t* __restrict__ out, int64_t out_cols, int64_t n) {
   using W = weight_t<stamp_t>;
-  const int64_t chunk = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / kChunk;
-  if (chunk >= num_chunks) return;  // uniform across the warp
+  const int64_t first = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / kChunk * kChunk;
+  if (first >= n) return;  // uniform across the warp
   const int lane = threadIdx.x % kChunk;
-  const int64_t b = chunk / chunks_per_row;
-  const int64_t t0 = (chunk - b * chunks_per_row) * kChunk;
-  const int nq = int(q.T - t0 < kChunk ? q.T - t0 : kChunk);
+  const int nq = int(n - first < kChunk ? n - first : kChunk);
   const bool mine = lane < nq;
-  const stamp_t qv = mine ? q.query[b * q.q_bstride + (t0 + lane) * q.q_stride] : stamp_t(0);
-  value_t* rows = out + (b * q.T + t0) * out_cols;
+  int64_t b = 0;
+  stamp_t qv = stamp_t(0);
+  if (mine) {
+    b = (first + lane) / q.T;
+    const int64_t t = first + lane - b * q.T;
+    qv = q.query[b * q.q_bstride + t * q.q_stride];
+  }
+  value_t* rows = out + first * out_cols;
+  __shared__ stamp_t pivots[kThreads];
   for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
     const auto& s = p.s[k];
     Location<W> loc{0, 0, W(0), W(0), true};
-    if (mine) {
-      const int64_t L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
-      loc = locate(s.times + b * s.t_bstride, s.t_stride, L, qv, s.mode);
+    const int64_t L = mine ? (s.lengths ? clamp_length(s.lengths[b], s.S) : s.S) : 0;
+    const stamp_t* row = s.times + b * s.t_bstride;
+    // Lanes whose queries search the same row (the usual case) search together.
+    const int64_t L0 = __shfl_sync(kFullMask, L, 0);
+    const int64_t row0 = __shfl_sync(kFullMask, reinterpret_cast<long long>(row), 0);
+    if (L0 >= 64 && __all_sync(kFullMask, !mine || (L == L0 && reinterpret_cast<long long>(row) == row0))) {
+      const int64_t kq = warp_upper_bound(reinterpret_cast<const stamp_t*>(row0), s.t_stride, L0,
+                                          qv, lane, pivots + (threadIdx.x & ~31));
+      if (mine && !is_nan(qv)) loc = locate_at(row, s.t_stride, L, qv, s.mode, kq);
+    } else if (mine) {
+      loc = locate(row, s.t_stride, L, qv, s.mode);
     }
     const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
     const int G = 1 << lg, per_iter = kChunk >> lg;
@@ -85,7 +127,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < nq; j += per_iter) {
       const int src = j + group;
       const auto l = shuffle_location(loc, src);
-      if (src < nq) resample_one<VEC>(s, l, b, sub, G, rows + src * out_cols + p.col[k]);
+      const int64_t bq = __shfl_sync(kFullMask, b, src);
+      if (src < nq) resample_one<VEC>(s, l, bq, sub, G, rows + src * out_cols + p.col[k]);
     }
   }
 }
@@ -141,25 +184,26 @@ __global__ void __launch_bounds__(kThreads) multi_stream_backward_kernel(
 // Host side
 // ---------------------------------------------------------------------------
 
-// log2 of the lanes per query: enough 16-byte vectors to cover D, at most a warp.
+// log2 of the lanes per query: enough vectors to cover D, at most a warp.
 inline int group_log2(int64_t nvec) {
   int lg = 0;
   while (lg < 5 && (int64_t(1) << lg) < nvec) ++lg;
   return lg;
 }
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-// Chunks of kChunk queries per batch row, kThreads / kChunk chunks per block.
+// Chunks of kChunk queries, kThreads / kChunk chunks per block: per batch row
+// (the backward kernel) or over all B * T queries (per_row == 0, forward).
 struct ChunkGrid {
   int64_t per_row, total;
   unsigned int blocks;
 };
 
-inline ChunkGrid chunk_grid(int64_t B, int64_t T, const char* op) {
+inline ChunkGrid chunk_grid(int64_t B, int64_t T, bool flat, const char* op) {
   ChunkGrid g;
-  g.per_row = (T + kChunk - 1) / kChunk;
-  g.total = B * g.per_row;
+  g.per_row = flat ? 0 : (T + kChunk - 1) / kChunk;
+  g.total = flat ? (B * T + kChunk - 1) / kChunk : B * g.per_row;
   const int64_t per_block = kThreads / kChunk;
   const int64_t blocks = (g.total + per_block - 1) / per_block;
   ROBOCACHE_CHECK(blocks <= int64_t(0x7fffffff), op, ": too many queries for one launch (", B * T,
@@ -184,45 +228,53 @@ Streams<value_t, stamp_t, MAXK> make_streams(const MultiStreamInputs& in, int64_
   return p;
 }
 
-// Whether every stream's rows, and their columns in a row of `cols_total`
-// channels starting at `base`, can use 16-byte vectors.
+// The widest access (16 or 8 bytes, else one element) that every stream's
+// rows, and their columns in a row of `cols_total` channels starting at
+// `base`, allow: returned in elements.
 template <typename value_t>
-bool can_vectorize(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
-                   int64_t cols_total, const void* base, int64_t base_bstride = 0,
-                   int64_t base_tstride = 0) {
-  constexpr int V = kVec16<value_t>;
-  if (!aligned16(base) || cols_total % V || base_bstride % V || base_tstride % V) return false;
-  for (size_t k = 0; k < in.values.size(); ++k) {
-    const at::Tensor& v = in.values[k];
-    if (v.size(2) % V || v.stride(0) % V || v.stride(1) % V || cols[k] % V ||
-        !aligned16(v.data_ptr()))
-      return false;
+int vector_width(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
+                 int64_t cols_total, const void* base, int64_t base_bstride = 0,
+                 int64_t base_tstride = 0) {
+  for (const int bytes : {16, 8}) {
+    const int V = bytes / static_cast<int>(sizeof(value_t));
+    if (V <= 1) break;
+    bool ok = aligned(base, bytes) && cols_total % V == 0 && base_bstride % V == 0 &&
+              base_tstride % V == 0;
+    for (size_t k = 0; ok && k < in.values.size(); ++k) {
+      const at::Tensor& v = in.values[k];
+      ok = v.size(2) % V == 0 && v.stride(0) % V == 0 && v.stride(1) % V == 0 &&
+           cols[k] % V == 0 && aligned(v.data_ptr(), bytes);
+    }
+    if (ok) return V;
   }
-  return true;
+  return 1;
 }
 
 // Launches `launch(streams_param, vec_width_tag, first_stream, launch_index)`
 // once per kMaxStreams streams (once for resample), with the kernel template
-// arguments chosen here: 16-byte vectors where every stream allows them.
+// arguments chosen here: `vec` is vector_width's answer.
 template <typename value_t, typename stamp_t, typename F>
-void for_each_launch(const MultiStreamInputs& in, const std::vector<int64_t>& cols, bool vec,
+void for_each_launch(const MultiStreamInputs& in, const std::vector<int64_t>& cols, int vec,
                      F&& launch) {
-  constexpr int V = kVec16<value_t>;
   const int64_t K = static_cast<int64_t>(in.values.size());
   for (int64_t first = 0, index = 0; first < K; first += kMaxStreams, ++index) {
     const int64_t count = std::min<int64_t>(kMaxStreams, K - first);
-    if (K == 1) {
-      if (vec) {
-        launch(make_streams<value_t, stamp_t, 1>(in, 0, 1, cols, V), std::integral_constant<int, V>{}, first, index);
+    auto with_width = [&](auto vec_tag) {
+      constexpr int V = decltype(vec_tag)::value;
+      if (K == 1) {
+        launch(make_streams<value_t, stamp_t, 1>(in, 0, 1, cols, V), vec_tag, first, index);
       } else {
-        launch(make_streams<value_t, stamp_t, 1>(in, 0, 1, cols, 1), std::integral_constant<int, 1>{}, first, index);
+        launch(make_streams<value_t, stamp_t, kMaxStreams>(in, first, count, cols, V), vec_tag,
+               first, index);
       }
-    } else if (vec) {
-      launch(make_streams<value_t, stamp_t, kMaxStreams>(in, first, count, cols, V),
-             std::integral_constant<int, V>{}, first, index);
+    };
+    constexpr int V16 = kVec16<value_t>, V8 = kVec8<value_t>;
+    if (vec == V16) {
+      with_width(std::integral_constant<int, V16>{});
+    } else if (V8 > 1 && vec == V8) {
+      with_width(std::integral_constant<int, (V8 > 1 ? V8 : V16)>{});
     } else {
-      launch(make_streams<value_t, stamp_t, kMaxStreams>(in, first, count, cols, 1),
-             std::integral_constant<int, 1>{}, first, index);
+      with_width(std::integral_constant<int, 1>{});
     }
   }
 }
@@ -232,16 +284,16 @@ template <typename value_t, typename stamp_t>
 void launch_multi_stream_forward(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
                                  at::Tensor& out, const char* op) {
   const auto q = query_args<stamp_t>(in.query);
-  const auto grid = chunk_grid(out.size(0), out.size(1), op);
+  const auto grid = chunk_grid(out.size(0), out.size(1), /*flat=*/true, op);
   const int64_t out_cols = out.size(2);
   auto stream = at::cuda::getCurrentCUDAStream();
   value_t* o = out.data_ptr<value_t>();
-  const bool vec = can_vectorize<value_t>(in, cols, out_cols, o);
+  const int vec = vector_width<value_t>(in, cols, out_cols, o);
   for_each_launch<value_t, stamp_t>(in, cols, vec, [&](const auto& p, auto vec_tag, int64_t, int64_t) {
     constexpr int VEC = decltype(vec_tag)::value;
     constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
     multi_stream_forward_kernel<VEC, MAXK><<<grid.blocks, kThreads, 0, stream>>>(
-        p, q, o, out_cols, grid.total, grid.per_row);
+        p, q, o, out_cols, out.size(0) * out.size(1));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }
@@ -255,12 +307,12 @@ void launch_multi_stream_backward(const MultiStreamInputs& in, const std::vector
                                   const std::vector<compute_t<value_t>*>& grad_values,
                                   weight_t<stamp_t>* grad_query_parts, const char* op) {
   const auto q = query_args<stamp_t>(in.query);
-  const auto grid = chunk_grid(grad.size(0), grad.size(1), op);
+  const auto grid = chunk_grid(grad.size(0), grad.size(1), /*flat=*/false, op);
   const int64_t n = grad.size(0) * grad.size(1);
   auto stream = at::cuda::getCurrentCUDAStream();
   const value_t* g = grad.data_ptr<value_t>();
   const int64_t gb = grad.stride(0), gt = grad.stride(1);
-  const bool vec = can_vectorize<value_t>(in, cols, grad.size(2), g, gb, gt);
+  const int vec = vector_width<value_t>(in, cols, grad.size(2), g, gb, gt);
   for_each_launch<value_t, stamp_t>(in, cols, vec, [&](auto p, auto vec_tag, int64_t first, int64_t index) {
     constexpr int VEC = decltype(vec_tag)::value;
     constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);

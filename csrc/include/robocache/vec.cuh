@@ -32,9 +32,11 @@ struct cutlass_of<c10::BFloat16> {
   using type = cutlass::bfloat16_t;
 };
 
-// Elements per 16-byte access.
+// Elements per 16-byte and per 8-byte access.
 template <typename value_t>
 constexpr int kVec16 = 16 / static_cast<int>(sizeof(value_t));
+template <typename value_t>
+constexpr int kVec8 = 8 / static_cast<int>(sizeof(value_t));
 
 template <typename value_t, int N>
 struct VecIO {

@@ -18,6 +18,7 @@
 #include <torch/library.h>
 
 #include <limits>
+#include <type_traits>
 
 #include "robocache/error.h"
 #include "robocache/checks.h"
@@ -86,11 +87,13 @@ __global__ void __launch_bounds__(kThreads)
 // sum, mean, max, pass 1: each kept point claims its voxel's slot (the index
 // of the first point to reach the voxel, recorded in `slot_of`) and
 // accumulates its features into that compact slot; no dense accumulator.
+// A slot holds acc_stride >= C accumulators; for float, acc_stride is a
+// multiple of 4 and sum/mean add four channels per 16-byte atomic on sm_90.
 template <typename point_t, typename feat_t>
 __global__ void __launch_bounds__(kThreads)
     accumulate_slots_kernel(const VoxelArgs<point_t, feat_t> a, Reduce reduce, int64_t cells,
                             int32_t* __restrict__ slot_of, compute_t<feat_t>* __restrict__ acc,
-                            int32_t* __restrict__ slot_count) {
+                            int64_t acc_stride, int32_t* __restrict__ slot_count) {
   using A = compute_t<feat_t>;
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= a.B * a.N) return;
@@ -100,35 +103,62 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t prev = atomicCAS(slot_of + b * cells + v, -1, int32_t(i));
   const int64_t slot = prev == -1 ? i : prev;
   const feat_t* f = a.features + b * a.f_bstride + n * a.f_nstride;
-  A* dst = acc + slot * a.C;
+  A* dst = acc + slot * acc_stride;
   if (reduce == Reduce::Max) {
     for (int64_t c = 0; c < a.C; ++c) atomic_max(dst + c, A(f[c * a.f_cstride]));
-  } else {
-    if (reduce == Reduce::Mean) atomicAdd(slot_count + slot, 1);
-    for (int64_t c = 0; c < a.C; ++c) atomicAdd(dst + c, A(f[c * a.f_cstride]));
+    return;
   }
+  if (reduce == Reduce::Mean) atomicAdd(slot_count + slot, 1);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (std::is_same<A, float>::value) {
+    if (acc_stride % 4 == 0) {
+      for (int64_t c = 0; c < a.C; c += 4) {
+        float x[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) x[k] = c + k < a.C ? float(f[(c + k) * a.f_cstride]) : 0.0f;
+        atomicAdd(reinterpret_cast<float4*>(dst + c), make_float4(x[0], x[1], x[2], x[3]));
+      }
+      return;
+    }
+  }
+#endif
+  for (int64_t c = 0; c < a.C; ++c) atomicAdd(dst + c, A(f[c * a.f_cstride]));
 }
 
 // Pass 2: the dense (B, C, X, Y, Z) result, written once; empty voxels are 0.
-template <typename feat_t>
+// A thread takes R consecutive voxels of one cloud (R = 4 when the cells of a
+// cloud are a multiple of 4, so its loads and stores are vectors).
+template <typename T, int R>
+struct alignas(sizeof(T) * R) Run {
+  T x[R];
+};
+
+template <typename feat_t, int R>
 __global__ void __launch_bounds__(kThreads)
     write_dense_kernel(const int32_t* __restrict__ slot_of, const compute_t<feat_t>* __restrict__ acc,
-                       const int32_t* __restrict__ slot_count, Reduce reduce, int64_t C,
-                       int64_t cells, int64_t total_cells, feat_t* __restrict__ out) {
+                       int64_t acc_stride, const int32_t* __restrict__ slot_count, Reduce reduce,
+                       int64_t C, int64_t cells, int64_t total_cells, feat_t* __restrict__ out) {
   using A = compute_t<feat_t>;
-  const int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t e = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * R;
   if (e >= total_cells) return;
   const int64_t b = e / cells, v = e - b * cells;
-  const int32_t slot = slot_of[e];
+  const auto slots = *reinterpret_cast<const Run<int32_t, R>*>(slot_of + e);
   feat_t* dst = out + b * C * cells + v;
-  if (slot < 0) {
-    for (int64_t c = 0; c < C; ++c) dst[c * cells] = feat_t(0);
-    return;
+  bool any = false;
+  A scale[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    any |= slots.x[r] >= 0;
+    scale[r] = slots.x[r] >= 0 && reduce == Reduce::Mean ? A(1) / A(slot_count[slots.x[r]]) : A(1);
   }
-  const A scale = reduce == Reduce::Mean ? A(1) / A(slot_count[slot]) : A(1);
   for (int64_t c = 0; c < C; ++c) {
-    const A x = acc[int64_t(slot) * C + c];
-    dst[c * cells] = feat_t(reduce == Reduce::Mean ? x * scale : x);
+    Run<feat_t, R> y;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      y.x[r] = any && slots.x[r] >= 0 ? feat_t(acc[int64_t(slots.x[r]) * acc_stride + c] * scale[r])
+                                      : feat_t(0);
+    }
+    *reinterpret_cast<Run<feat_t, R>*>(dst + c * cells) = y;
   }
 }
 
@@ -196,22 +226,32 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
       const auto acc_opts = in.features.options().dtype(c10::CppTypeToScalarType<A>::value);
       const auto int_opts = points.options().dtype(at::kInt);
       at::Tensor slot_of = at::full({B * cells}, -1, int_opts);
+      // float sum/mean slots are padded to a multiple of 4 (16-byte atomics).
+      const int64_t acc_stride =
+          std::is_same<A, float>::value && in.reduce != Reduce::Max ? (C + 3) / 4 * 4 : C;
       at::Tensor acc = in.reduce == Reduce::Max
-                           ? at::full({n, C}, -std::numeric_limits<A>::infinity(), acc_opts)
-                           : at::zeros({n, C}, acc_opts);
+                           ? at::full({n, acc_stride}, -std::numeric_limits<A>::infinity(), acc_opts)
+                           : at::zeros({n, acc_stride}, acc_opts);
       at::Tensor slot_count = in.reduce == Reduce::Mean ? at::zeros({n}, int_opts) : at::Tensor();
       if (n > 0 && C > 0) {
         accumulate_slots_kernel<point_t, feat_t><<<blocks_for(n), kThreads, 0, stream>>>(
             voxel_args<point_t, feat_t>(in), in.reduce, cells, slot_of.data_ptr<int32_t>(),
-            acc.data_ptr<A>(), slot_count.defined() ? slot_count.data_ptr<int32_t>() : nullptr);
+            acc.data_ptr<A>(), acc_stride,
+            slot_count.defined() ? slot_count.data_ptr<int32_t>() : nullptr);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
       result = at::empty({B, C, cells}, in.features.options());
       if (result.numel() > 0) {
-        write_dense_kernel<feat_t><<<blocks_for(B * cells), kThreads, 0, stream>>>(
-            slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(),
-            slot_count.defined() ? slot_count.data_ptr<int32_t>() : nullptr, in.reduce, C, cells,
-            B * cells, result.data_ptr<feat_t>());
+        const int32_t* counts = slot_count.defined() ? slot_count.data_ptr<int32_t>() : nullptr;
+        if (cells % 4 == 0) {
+          write_dense_kernel<feat_t, 4><<<blocks_for((B * cells) / 4), kThreads, 0, stream>>>(
+              slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(), acc_stride, counts, in.reduce, C,
+              cells, B * cells, result.data_ptr<feat_t>());
+        } else {
+          write_dense_kernel<feat_t, 1><<<blocks_for(B * cells), kThreads, 0, stream>>>(
+              slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(), acc_stride, counts, in.reduce, C,
+              cells, B * cells, result.data_ptr<feat_t>());
+        }
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
       poison_negative_lengths<feat_t>(in, result, feat_t(std::numeric_limits<float>::quiet_NaN()));

@@ -1,4 +1,4 @@
-"""robocache's benchmark suite: ``python -m robocache.bench [--json PATH] [--quick]``.
+"""robocache's benchmark suite: ``python -m robocache.bench [--device DEV] [--json PATH] [--only KINDS]``.
 
 For each case it times robocache, the pure-PyTorch reference in eager mode and
 the reference under ``torch.compile``, forward (and backward where listed), on
@@ -9,6 +9,10 @@ Method:
   with the L2 cache flushed between calls by do_bench; where a case's working
   set fits in L2 the inputs also rotate among several copies. Launch-bound
   cases are also timed per call from Python (a host loop, synchronized once).
+- CUDA, resample and fuse rows: robocache and the compiled reference are also
+  timed replayed from a CUDA graph (``triton.testing.do_bench_cudagraph``,
+  median), which removes the host's launch cost from both: small cases whose
+  compiled calls are host-bound are compared on GPU time there.
 - CPU: the median of repeated wall-clock timings after warm-up.
 - Inputs are random (never zeros).
 
@@ -105,9 +109,29 @@ def _row(name, kind, bytes_formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, e
     return row
 
 
-def _time_three(op, ref, args_source, device, compile_ref=True, backward=None):
-    """(robocache ms, eager ms, compiled ms)."""
+_REFERENCES = True  # --robocache-only turns the eager and compiled timings off
+
+
+def _graph_ms(fn):
+    """Median GPU time of fn() replayed from a CUDA graph (no host launch cost),
+    or None where fn cannot be captured."""
+    import triton.testing
+
+    try:
+        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+    except Exception:  # noqa: BLE001 - a capture failure only means "not measured"
+        return None
+
+
+def _time_three(op, ref, args_source, device, compile_ref=True, backward=None, graphs=None):
+    """(robocache ms, eager ms, compiled ms). With `graphs` (a dict) on CUDA,
+    also records robocache's and the compiled reference's times under CUDA
+    graphs there, which take the host's launch cost out of both."""
     ms = _median_ms(lambda: op(*args_source.next()), device)
+    if graphs is not None and device == "cuda":
+        graphs["graph_robocache_ms"] = _graph_ms(lambda: op(*args_source.next()))
+    if not _REFERENCES:
+        return ms, None, None
     ref_ms = _median_ms(lambda: ref(*args_source.next()), device)
     compiled_ms = None
     if compile_ref:
@@ -115,6 +139,8 @@ def _time_three(op, ref, args_source, device, compile_ref=True, backward=None):
         for _ in range(3):
             compiled(*args_source.next())
         compiled_ms = _median_ms(lambda: compiled(*args_source.next()), device)
+        if graphs is not None and device == "cuda":
+            graphs["graph_compiled_ms"] = _graph_ms(lambda: compiled(*args_source.next()))
     return ms, ref_ms, compiled_ms
 
 
@@ -136,17 +162,17 @@ def bench_resample(B, S, T, D, dtype, device, copy_gbs, per_call=False):
     formula = "values + times + query_times read once, output written once"
     src = _Rotating(lambda: _resample_inputs(B, S, T, D, dtype, device), nbytes, device)
     op = lambda v, t, q: robocache.resample(v, t, q)  # noqa: E731
-    ms, ref_ms, compiled_ms = _time_three(op, reference.resample, src, device)
-    extra = None
-    if per_call:
+    extra = {}
+    ms, ref_ms, compiled_ms = _time_three(op, reference.resample, src, device, graphs=extra)
+    if per_call and _REFERENCES:
         v, t, q = src.next()
         compiled = torch.compile(reference.resample, dynamic=False)
         compiled(v, t, q)
-        extra = {
+        extra.update({
             "per_call_robocache_ms": _per_call_ms(lambda: robocache.resample(v, t, q), device),
             "per_call_eager_ms": _per_call_ms(lambda: reference.resample(v, t, q), device),
             "per_call_compiled_ms": _per_call_ms(lambda: compiled(v, t, q), device),
-        }
+        })
         extra["per_call_speedup_vs_compiled"] = extra["per_call_compiled_ms"] / extra["per_call_robocache_ms"]
     return _row(name, "resample", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
 
@@ -169,18 +195,27 @@ def bench_resample_backward(B, S, T, D, dtype, device, copy_gbs):
             return torch.autograd.grad(fn(v, t, q), (v, q), g)
         return run
 
-    ms = _median_ms(lambda: grads(robocache.resample)(*src.next()), device)
-    ref_ms = _median_ms(lambda: grads(reference.resample)(*src.next()), device)
+    def forward_only(fn):
+        def run(v, t, q, g):
+            with torch.no_grad():
+                return fn(v, t, q)
+        return run
+
+    # Each column is (forward + backward) - forward of the same implementation.
+    ms = (_median_ms(lambda: grads(robocache.resample)(*src.next()), device)
+          - _median_ms(lambda: forward_only(robocache.resample)(*src.next()), device))
+    if not _REFERENCES:
+        return _row(name, "resample_backward", formula, nbytes, ms, None, None, copy_gbs)
+    ref_ms = (_median_ms(lambda: grads(reference.resample)(*src.next()), device)
+              - _median_ms(lambda: forward_only(reference.resample)(*src.next()), device))
     compiled = torch.compile(reference.resample, dynamic=False)
     for _ in range(3):
         grads(compiled)(*src.next())
-    # Forward + backward of the compiled reference, minus its compiled forward alone.
-    fwd_bwd = _median_ms(lambda: grads(compiled)(*src.next()), device)
-    with torch.no_grad():
-        fwd = _median_ms(lambda: compiled(*src.next()[:3]), device)
-    ours_fwd = _median_ms(lambda: robocache.resample(*[x.detach() for x in src.next()[:3]]), device)
-    return _row(name, "resample_backward", formula, nbytes, ms - ours_fwd, ref_ms, fwd_bwd - fwd,
-                copy_gbs, {"note": "backward = (forward+backward) - forward, for all three"})
+        forward_only(compiled)(*src.next())
+    compiled_ms = (_median_ms(lambda: grads(compiled)(*src.next()), device)
+                   - _median_ms(lambda: forward_only(compiled)(*src.next()), device))
+    return _row(name, "resample_backward", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs,
+                {"note": "backward = (forward+backward) - forward, for all three"})
 
 
 def bench_fuse(B, specs, T, device, copy_gbs):
@@ -197,9 +232,11 @@ def bench_fuse(B, specs, T, device, copy_gbs):
         return streams, query
 
     src = _Rotating(make, nbytes, device)
+    extra = {}
     ms, ref_ms, compiled_ms = _time_three(
-        lambda s, q: robocache.fuse(s, q), lambda s, q: reference.fuse(s, q), src, device)
-    return _row(name, "fuse", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs)
+        lambda s, q: robocache.fuse(s, q), lambda s, q: reference.fuse(s, q), src, device,
+        graphs=extra)
+    return _row(name, "fuse", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
 
 
 # ---------------------------------------------------------------------------
@@ -231,36 +268,48 @@ def bench_voxelize(name, points, features, grid, reduce, device, copy_gbs):
 
 # ---------------------------------------------------------------------------
 
-def run(device):
+def _cases(device, copy_gbs):
+    """(name, thunk) for every case on this device; the names are what --only matches."""
+    f32, bf16 = torch.float32, torch.bfloat16
+    if device != "cuda":
+        return [
+            ("resample", lambda: bench_resample(64, 4096, 1024, 32, f32, device, copy_gbs)),
+            ("voxelize", lambda: bench_voxelize(
+                "voxelize count, 8 x 100000 pts -> 128^3", torch.rand(8, 100000, 3), None,
+                (128, 128, 128), "count", device, copy_gbs)),
+        ]
+    return [
+        ("resample", lambda: bench_resample(256, 2048, 2048, 64, f32, device, copy_gbs)),
+        ("resample", lambda: bench_resample(256, 2048, 2048, 64, bf16, device, copy_gbs)),
+        ("resample", lambda: bench_resample(64, 4096, 1024, 32, f32, device, copy_gbs)),
+        ("resample", lambda: bench_resample(1024, 500, 100, 14, f32, device, copy_gbs)),
+        ("resample", lambda: bench_resample(4, 10, 20, 8, f32, device, copy_gbs, per_call=True)),
+        ("backward", lambda: bench_resample_backward(256, 2048, 2048, 64, f32, device, copy_gbs)),
+        ("fuse", lambda: bench_fuse(256, [(90, 512), (300, 32), (3000, 16)], 150, device, copy_gbs)),
+        ("voxelize", lambda: bench_voxelize(
+            "voxelize count, 8 x 307200 pts -> 100^3, uniform",
+            torch.rand(8, 307200, 3, device=device), None, (100, 100, 100), "count", device,
+            copy_gbs)),
+        ("voxelize", lambda: bench_voxelize(
+            "voxelize count, 8 x 307200 pts -> 100^3, depth camera",
+            depth_camera_cloud(8, device=device), None, (100, 100, 100), "count", device,
+            copy_gbs)),
+        ("voxelize", lambda: bench_voxelize(
+            "voxelize mean of 6 features, 8 x 65536 pts -> 100^3",
+            torch.rand(8, 65536, 3, device=device), torch.randn(8, 65536, 6, device=device),
+            (100, 100, 100), "mean", device, copy_gbs)),
+        ("voxelize", lambda: bench_voxelize(
+            "voxelize occupancy, 32 x 100000 pts -> 128^3",
+            torch.rand(32, 100000, 3, device=device), None, (128, 128, 128), "occupancy", device,
+            copy_gbs)),
+    ]
+
+
+def run(device, only=None):
+    """Runs the cases (those whose kind is in `only`, if given) and returns the results."""
     torch.manual_seed(0)
     copy_gbs = copy_bandwidth_gbs(device)
-    rows = []
-    if device == "cuda":
-        rows.append(bench_resample(256, 2048, 2048, 64, torch.float32, device, copy_gbs))
-        rows.append(bench_resample(256, 2048, 2048, 64, torch.bfloat16, device, copy_gbs))
-        rows.append(bench_resample(64, 4096, 1024, 32, torch.float32, device, copy_gbs))
-        rows.append(bench_resample(1024, 500, 100, 14, torch.float32, device, copy_gbs))
-        rows.append(bench_resample(4, 10, 20, 8, torch.float32, device, copy_gbs, per_call=True))
-        rows.append(bench_resample_backward(256, 2048, 2048, 64, torch.float32, device, copy_gbs))
-        rows.append(bench_fuse(256, [(90, 512), (300, 32), (3000, 16)], 150, device, copy_gbs))
-        uniform = torch.rand(8, 307200, 3, device=device)
-        rows.append(bench_voxelize("voxelize count, 8 x 307200 pts -> 100^3, uniform", uniform,
-                                   None, (100, 100, 100), "count", device, copy_gbs))
-        depth = depth_camera_cloud(8, device=device)
-        rows.append(bench_voxelize("voxelize count, 8 x 307200 pts -> 100^3, depth camera", depth,
-                                   None, (100, 100, 100), "count", device, copy_gbs))
-        peract = torch.rand(8, 65536, 3, device=device)
-        rows.append(bench_voxelize("voxelize mean of 6 features, 8 x 65536 pts -> 100^3", peract,
-                                   torch.randn(8, 65536, 6, device=device), (100, 100, 100), "mean",
-                                   device, copy_gbs))
-        big = torch.rand(32, 100000, 3, device=device)
-        rows.append(bench_voxelize("voxelize occupancy, 32 x 100000 pts -> 128^3", big, None,
-                                   (128, 128, 128), "occupancy", device, copy_gbs))
-    else:
-        rows.append(bench_resample(64, 4096, 1024, 32, torch.float32, device, copy_gbs))
-        cpu_cloud = torch.rand(8, 100000, 3)
-        rows.append(bench_voxelize("voxelize count, 8 x 100000 pts -> 128^3", cpu_cloud, None,
-                                   (128, 128, 128), "count", device, copy_gbs))
+    rows = [thunk() for kind, thunk in _cases(device, copy_gbs) if not only or kind in only]
     return {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "torch": torch.__version__, "threads": torch.get_num_threads(),
             "copy_GBps": copy_gbs, "date": time.strftime("%Y-%m-%d"), "rows": rows}
@@ -272,14 +321,21 @@ def print_table(result):
     hdr = f"{'case':<62} {'robocache':>10} {'eager':>10} {'compiled':>10} {'GB/s':>7} {'%copy':>6} {'x eager':>8} {'x comp':>7}"
     print(hdr)
     for r in result["rows"]:
+        eager = f"{r['eager_ms']:10.4f}" if r["eager_ms"] else f"{'-':>10}"
         comp = f"{r['compiled_ms']:10.4f}" if r["compiled_ms"] else f"{'-':>10}"
+        xe = f"{r['speedup_vs_eager']:8.2f}" if r["speedup_vs_eager"] else f"{'-':>8}"
         xc = f"{r['speedup_vs_compiled']:7.2f}" if r["speedup_vs_compiled"] else f"{'-':>7}"
-        print(f"{r['case'][:62]:<62} {r['robocache_ms']:10.4f} {r['eager_ms']:10.4f} {comp} "
-              f"{r['GBps']:7.0f} {r['pct_of_copy']:6.1f} {r['speedup_vs_eager']:8.2f} {xc}")
+        print(f"{r['case'][:62]:<62} {r['robocache_ms']:10.4f} {eager} {comp} "
+              f"{r['GBps']:7.0f} {r['pct_of_copy']:6.1f} {xe} {xc}")
         if "per_call_robocache_ms" in r:
             print(f"{'   per call from Python':<62} {r['per_call_robocache_ms']:10.4f} "
                   f"{r['per_call_eager_ms']:10.4f} {r['per_call_compiled_ms']:10.4f} "
                   f"{'':>7} {'':>6} {'':>8} {r['per_call_speedup_vs_compiled']:7.2f}")
+        if r.get("graph_robocache_ms") or r.get("graph_compiled_ms"):
+            g, gc = r.get("graph_robocache_ms"), r.get("graph_compiled_ms")
+            fmt = lambda x: f"{x:10.4f}" if x else f"{'-':>10}"  # noqa: E731
+            ratio = f"{gc / g:7.2f}" if g and gc else f"{'-':>7}"
+            print(f"{'   under CUDA graphs':<62} {fmt(g)} {'':>10} {fmt(gc)} {'':>7} {'':>6} {'':>8} {ratio}")
         if "Gpts_per_s" in r:
             print(f"{'   points':<62} {r['Gpts_per_s']:10.2f} Gpts/s, {100 * r['fraction_outside']:.0f}% outside")
     print("times in ms (medians); GB/s from the minimal bytes: inputs read once, outputs written once")
@@ -289,8 +345,19 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json", help="write the results here as JSON")
+    parser.add_argument("--only", help="comma-separated kinds to run: resample, backward, fuse, voxelize")
+    parser.add_argument("--robocache-only", action="store_true",
+                        help="time robocache alone (no eager or compiled reference)")
     args = parser.parse_args(argv)
-    result = run(args.device)
+    global _REFERENCES
+    _REFERENCES = not args.robocache_only
+    only = None
+    if args.only:
+        only = set(args.only.split(","))
+        unknown = only - {"resample", "backward", "fuse", "voxelize"}
+        if unknown:
+            parser.error(f"--only: unknown kind(s) {sorted(unknown)}")
+    result = run(args.device, only)
     print_table(result)
     if args.json:
         with open(args.json, "w") as f:

@@ -137,6 +137,22 @@ def test_boundaries_are_half_open(device):
     assert torch.equal(count.cpu(), expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_points_just_below_the_origin_and_far_away_are_dropped(device, dtype):
+    # (p - origin) / voxel in (-1, 0) truncates to 0 but floors to -1: dropped.
+    # Far finite points would overflow an int64 voxel coordinate: dropped.
+    points = torch.tensor([[-0.2, 0.1, 0.1], [0.1, -0.249, 0.1], [0.1, 0.1, -0.01],
+                           [1e30, 0.1, 0.1], [0.1, -1e30, 0.1], [0.1, 0.1, 3e38],
+                           [-0.0, -0.0, -0.0], [0.3, 0.3, 0.3]], device=device, dtype=dtype)
+    count = robocache.voxelize(points, (4, 4, 4), 0.25, (0, 0, 0), reduce="count")
+    expected = torch.zeros(4, 4, 4, dtype=torch.int32)
+    expected[0, 0, 0] = 1
+    expected[1, 1, 1] = 1
+    assert torch.equal(count.cpu(), expected)
+    ref = reference.voxelize(points, (4, 4, 4), 0.25, (0, 0, 0), reduce="count")
+    assert torch.equal(ref.cpu(), expected)
+
+
 def test_negative_coordinates_and_all_out_of_range(device):
     points = cloud(2, 500, device, lo=-3.0, hi=-1.0)
     out, ref, npy = run(points, (8, 8, 8), 0.25, (-3.0, -3.0, -3.0), reduce="count")

@@ -4,14 +4,14 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/full.h>
-#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "robocache/error.h"
 #include "robocache/checks.h"
+#include "robocache/cpu_alloc.h"
 #include "robocache/dispatch.h"
 #include "robocache/voxel.h"
 
@@ -19,34 +19,50 @@ namespace robocache {
 namespace {
 
 constexpr const char* kOp = "robocache.voxelize";
+constexpr int64_t kChunk = 256;
 
 
-// Accumulates one pass over the points; acc is (B, C, cells) and counts
-// (B, cells), either may be null when the reduce does not use it.
+// Initializes and accumulates one pass over the points into uninitialized
+// outputs; acc is (B, C, cells) and counts (B, cells), any of the three may be
+// null when the reduce does not use it. Each cloud's grid is initialized by the
+// thread that scatters into it, right before, so the pages are first touched
+// there and are still in cache.
 template <typename point_t, typename feat_t>
 void accumulate(const VoxelInputs& in, compute_t<feat_t>* acc, int32_t* counts, point_t* occupancy) {
   using A = compute_t<feat_t>;
   const auto a = voxel_args<point_t, feat_t>(in);
   const int64_t cells = in.cells();
   const Reduce r = in.reduce;
+  const A acc_init = r == Reduce::Max ? -std::numeric_limits<A>::infinity() : A(0);
   at::parallel_for(0, a.B, 1, [&](int64_t b_begin, int64_t b_end) {
     for (int64_t b = b_begin; b < b_end; ++b) {
-      for (int64_t n = 0; n < a.N; ++n) {
-        const int64_t v = point_voxel(a, b, n);
-        if (v < 0) continue;
-        if (occupancy) occupancy[b * cells + v] = point_t(1);
-        if (counts) counts[b * cells + v] += 1;
-        if (acc) {
-          const feat_t* f = a.features + b * a.f_bstride + n * a.f_nstride;
-          A* dst = acc + b * a.C * cells + v;
-          for (int64_t c = 0; c < a.C; ++c) {
-            const A x = A(f[c * a.f_cstride]);
-            A& slot = dst[c * cells];
-            if (r == Reduce::Max) {
-              // NaN propagates, like torch.amax.
-              if (x > slot || x != x) slot = x;
-            } else {
-              slot += x;
+      if (occupancy) std::fill_n(occupancy + b * cells, cells, point_t(0));
+      if (counts) std::fill_n(counts + b * cells, cells, int32_t(0));
+      if (acc) std::fill_n(acc + b * a.C * cells, a.C * cells, acc_init);
+      // Voxel indices a chunk at a time, then the scatter: the scatter's
+      // loads are then independent of any arithmetic, so the core keeps many
+      // cache misses in flight instead of one per point.
+      int64_t vox[kChunk];
+      for (int64_t n0 = 0; n0 < a.N; n0 += kChunk) {
+        const int64_t m = std::min(kChunk, a.N - n0);
+        for (int64_t k = 0; k < m; ++k) vox[k] = point_voxel(a, b, n0 + k);
+        for (int64_t k = 0; k < m; ++k) {
+          const int64_t v = vox[k];
+          if (v < 0) continue;
+          if (occupancy) occupancy[b * cells + v] = point_t(1);
+          if (counts) counts[b * cells + v] += 1;
+          if (acc) {
+            const feat_t* f = a.features + b * a.f_bstride + (n0 + k) * a.f_nstride;
+            A* dst = acc + b * a.C * cells + v;
+            for (int64_t c = 0; c < a.C; ++c) {
+              const A x = A(f[c * a.f_cstride]);
+              A& slot = dst[c * cells];
+              if (r == Reduce::Max) {
+                // NaN propagates, like torch.amax.
+                if (x > slot || x != x) slot = x;
+              } else {
+                slot += x;
+              }
             }
           }
         }
@@ -67,11 +83,11 @@ at::Tensor voxelize_cpu(const at::Tensor& points, const std::optional<at::Tensor
     using point_t = scalar_t;
     switch (in.reduce) {
       case Reduce::Occupancy:
-        result = at::zeros({B, cells}, points.options());
+        result = empty_output({B, cells}, points.options());
         accumulate<point_t, float>(in, nullptr, nullptr, result.data_ptr<point_t>());
         break;
       case Reduce::Count:
-        result = at::zeros({B, cells}, points.options().dtype(at::kInt));
+        result = empty_output({B, cells}, points.options().dtype(at::kInt));
         accumulate<point_t, float>(in, nullptr, result.data_ptr<int32_t>(), nullptr);
         break;
       default:
@@ -79,11 +95,9 @@ at::Tensor voxelize_cpu(const at::Tensor& points, const std::optional<at::Tensor
           using feat_t = scalar_t;
           using A = compute_t<feat_t>;
           const auto acc_opts = in.features.options().dtype(c10::CppTypeToScalarType<A>::value);
-          at::Tensor acc = in.reduce == Reduce::Max
-                               ? at::full({B, C, cells}, -std::numeric_limits<A>::infinity(), acc_opts)
-                               : at::zeros({B, C, cells}, acc_opts);
+          at::Tensor acc = empty_output({B, C, cells}, acc_opts);
           at::Tensor counts;
-          if (in.reduce != Reduce::Sum) counts = at::zeros({B, 1, cells}, points.options().dtype(at::kInt));
+          if (in.reduce != Reduce::Sum) counts = empty_output({B, 1, cells}, points.options().dtype(at::kInt));
           accumulate<point_t, feat_t>(in, acc.data_ptr<A>(), counts.defined() ? counts.data_ptr<int32_t>() : nullptr,
                                       nullptr);
           if (in.reduce == Reduce::Mean) {

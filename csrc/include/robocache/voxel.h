@@ -28,29 +28,24 @@ struct VoxelGrid {
   point_t voxel[3];
 };
 
-template <typename T>
-ROBOCACHE_HD bool finite(T x) {
-#ifdef __CUDA_ARCH__
-  return isfinite(x);
-#else
-  return std::isfinite(x);
-#endif
-}
-
 // Flat voxel index (ix * Y + iy) * Z + iz of a point, or -1 when it is
-// dropped: not finite, or outside the half-open range [0, grid) on an axis.
-// The tests happen in floating point, before any conversion to an integer
-// (a NaN converted to int becomes 0 on CUDA, which would land in voxel 0).
+// dropped: not finite, or outside the half-open range [0, grid) on an axis,
+// i.e. floor((p - origin) / voxel_size) outside [0, grid).
+// The range test is on q = (p - origin) / voxel_size itself: for an integer
+// bound G, floor(q) >= 0 <=> q >= 0 and floor(q) < G <=> q < G, and a NaN or
+// infinite q (from a non-finite point) fails it. It happens in floating point,
+// before any conversion to an integer (a NaN converted to int becomes 0 on
+// CUDA, which would land in voxel 0). Past it, q >= 0, so truncation is floor;
+// this keeps the CPU loop free of libm floor calls.
 template <typename point_t>
 ROBOCACHE_HD int64_t voxel_index(const VoxelGrid<point_t>& g, point_t x, point_t y, point_t z) {
-  if (!(finite(x) && finite(y) && finite(z))) return -1;
-  const point_t fx = floor((x - g.origin[0]) / g.voxel[0]);
-  const point_t fy = floor((y - g.origin[1]) / g.voxel[1]);
-  const point_t fz = floor((z - g.origin[2]) / g.voxel[2]);
-  if (!(fx >= point_t(0) && fx < point_t(g.X) && fy >= point_t(0) && fy < point_t(g.Y) &&
-        fz >= point_t(0) && fz < point_t(g.Z)))
+  const point_t qx = (x - g.origin[0]) / g.voxel[0];
+  const point_t qy = (y - g.origin[1]) / g.voxel[1];
+  const point_t qz = (z - g.origin[2]) / g.voxel[2];
+  if (!(qx >= point_t(0) && qx < point_t(g.X) && qy >= point_t(0) && qy < point_t(g.Y) &&
+        qz >= point_t(0) && qz < point_t(g.Z)))
     return -1;
-  return (int64_t(fx) * g.Y + int64_t(fy)) * g.Z + int64_t(fz);
+  return (int64_t(qx) * g.Y + int64_t(qy)) * g.Z + int64_t(qz);
 }
 
 // Points (B, N, 3) and features (B, N, C) with any strides; lengths (B,)

@@ -231,6 +231,18 @@ def test_padding_past_lengths_is_ignored(device):
 # Autograd
 # ---------------------------------------------------------------------------
 
+@pytest.mark.parametrize("C", [1, 3, 4, 5, 8])
+@pytest.mark.parametrize("reduce", FEATURE_REDUCES)
+def test_channel_counts(device, reduce, C):
+    # On CUDA, float sum/mean slots are padded to a multiple of 4 channels and
+    # mean keeps its counts in a padding lane when there is one (C % 4 != 0).
+    points = 0.2 + 0.3 * cloud(2, 5000, device)  # many points per voxel
+    features = torch.randn(2, 5000, C, device=device)
+    out, ref, npy = run(points, (4, 5, 6), 0.05, (0.2, 0.2, 0.2), features, reduce=reduce)
+    assert out.shape == (2, C, 4, 5, 6)
+    assert_matches(out, ref, npy)
+
+
 @pytest.mark.parametrize("reduce", FEATURE_REDUCES)
 def test_gradcheck(device, reduce):
     points = cloud(2, 40, device, torch.float64)

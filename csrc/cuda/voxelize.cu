@@ -78,8 +78,18 @@ __global__ void __launch_bounds__(kThreads)
     if (cell >= 0) occupancy[cell] = point_t(1);
     return;
   }
-  // Every lane of the warp takes part in the match (blocks are whole warps).
-  const unsigned peers = __match_any_sync(0xffffffffu, static_cast<unsigned long long>(cell));
+  // Every lane of the warp takes part in the votes (blocks are whole warps).
+  // The match is costly and only pays where neighbouring points share a voxel,
+  // so a warp whose lanes never repeat their left neighbour's voxel (uniform
+  // clouds) adds one per point; repeats further apart stay correct, unmerged.
+  const auto key = static_cast<unsigned long long>(cell);
+  const unsigned lane = threadIdx.x % 32;
+  const unsigned long long left = __shfl_up_sync(0xffffffffu, key, 1);
+  if (!__any_sync(0xffffffffu, lane > 0 && cell >= 0 && key == left)) {
+    if (cell >= 0) atomicAdd(counts + cell, 1);
+    return;
+  }
+  const unsigned peers = __match_any_sync(0xffffffffu, key);
   const int leader = __ffs(peers) - 1;
   if (cell >= 0 && int(threadIdx.x % 32) == leader) atomicAdd(counts + cell, __popc(peers));
 }
@@ -89,11 +99,16 @@ __global__ void __launch_bounds__(kThreads)
 // accumulates its features into that compact slot; no dense accumulator.
 // A slot holds acc_stride >= C accumulators; for float, acc_stride is a
 // multiple of 4 and sum/mean add four channels per 16-byte atomic on sm_90.
+// mean counts its points either in slot_count or, when count_lane >= 0, as
+// 1.0 added to that spare padding lane of the slot (exact: the host picks it
+// only while every count fits a float's 24-bit mantissa), which saves an
+// atomic per point.
 template <typename point_t, typename feat_t>
 __global__ void __launch_bounds__(kThreads)
     accumulate_slots_kernel(const VoxelArgs<point_t, feat_t> a, Reduce reduce, int64_t cells,
                             int32_t* __restrict__ slot_of, compute_t<feat_t>* __restrict__ acc,
-                            int64_t acc_stride, int32_t* __restrict__ slot_count) {
+                            int64_t acc_stride, int32_t* __restrict__ slot_count,
+                            int64_t count_lane) {
   using A = compute_t<feat_t>;
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= a.B * a.N) return;
@@ -108,14 +123,16 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t c = 0; c < a.C; ++c) atomic_max(dst + c, A(f[c * a.f_cstride]));
     return;
   }
-  if (reduce == Reduce::Mean) atomicAdd(slot_count + slot, 1);
+  if (reduce == Reduce::Mean && count_lane < 0) atomicAdd(slot_count + slot, 1);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (std::is_same<A, float>::value) {
     if (acc_stride % 4 == 0) {
       for (int64_t c = 0; c < a.C; c += 4) {
         float x[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) x[k] = c + k < a.C ? float(f[(c + k) * a.f_cstride]) : 0.0f;
+        for (int k = 0; k < 4; ++k) {
+          x[k] = c + k < a.C ? float(f[(c + k) * a.f_cstride]) : c + k == count_lane ? 1.0f : 0.0f;
+        }
         atomicAdd(reinterpret_cast<float4*>(dst + c), make_float4(x[0], x[1], x[2], x[3]));
       }
       return;
@@ -123,6 +140,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 #endif
   for (int64_t c = 0; c < a.C; ++c) atomicAdd(dst + c, A(f[c * a.f_cstride]));
+  if (count_lane >= 0) atomicAdd(dst + count_lane, A(1));
 }
 
 // Pass 2: the dense (B, C, X, Y, Z) result, written once; empty voxels are 0.
@@ -136,8 +154,9 @@ struct alignas(sizeof(T) * R) Run {
 template <typename feat_t, int R>
 __global__ void __launch_bounds__(kThreads)
     write_dense_kernel(const int32_t* __restrict__ slot_of, const compute_t<feat_t>* __restrict__ acc,
-                       int64_t acc_stride, const int32_t* __restrict__ slot_count, Reduce reduce,
-                       int64_t C, int64_t cells, int64_t total_cells, feat_t* __restrict__ out) {
+                       int64_t acc_stride, const int32_t* __restrict__ slot_count, int64_t count_lane,
+                       Reduce reduce, int64_t C, int64_t cells, int64_t total_cells,
+                       feat_t* __restrict__ out) {
   using A = compute_t<feat_t>;
   const int64_t e = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * R;
   if (e >= total_cells) return;
@@ -149,7 +168,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     any |= slots.x[r] >= 0;
-    scale[r] = slots.x[r] >= 0 && reduce == Reduce::Mean ? A(1) / A(slot_count[slots.x[r]]) : A(1);
+    const int64_t slot = slots.x[r];
+    A scale_r = A(1);
+    if (slot >= 0 && reduce == Reduce::Mean) {
+      scale_r = A(1) / (count_lane >= 0 ? acc[slot * acc_stride + count_lane] : A(slot_count[slot]));
+    }
+    scale[r] = scale_r;
   }
   for (int64_t c = 0; c < C; ++c) {
     Run<feat_t, R> y;
@@ -232,12 +256,16 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
       at::Tensor acc = in.reduce == Reduce::Max
                            ? at::full({n, acc_stride}, -std::numeric_limits<A>::infinity(), acc_opts)
                            : at::zeros({n, acc_stride}, acc_opts);
-      at::Tensor slot_count = in.reduce == Reduce::Mean ? at::zeros({n}, int_opts) : at::Tensor();
+      // mean: counts ride in a padding lane while they are exact in a float.
+      const int64_t count_lane =
+          in.reduce == Reduce::Mean && acc_stride > C && n <= (int64_t(1) << 24) ? C : -1;
+      at::Tensor slot_count =
+          in.reduce == Reduce::Mean && count_lane < 0 ? at::zeros({n}, int_opts) : at::Tensor();
       if (n > 0 && C > 0) {
         accumulate_slots_kernel<point_t, feat_t><<<blocks_for(n), kThreads, 0, stream>>>(
             voxel_args<point_t, feat_t>(in), in.reduce, cells, slot_of.data_ptr<int32_t>(),
             acc.data_ptr<A>(), acc_stride,
-            slot_count.defined() ? slot_count.data_ptr<int32_t>() : nullptr);
+            slot_count.defined() ? slot_count.data_ptr<int32_t>() : nullptr, count_lane);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
       result = at::empty({B, C, cells}, in.features.options());
@@ -245,11 +273,11 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
         const int32_t* counts = slot_count.defined() ? slot_count.data_ptr<int32_t>() : nullptr;
         if (cells % 4 == 0) {
           write_dense_kernel<feat_t, 4><<<blocks_for((B * cells) / 4), kThreads, 0, stream>>>(
-              slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(), acc_stride, counts, in.reduce, C,
+              slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(), acc_stride, counts, count_lane, in.reduce, C,
               cells, B * cells, result.data_ptr<feat_t>());
         } else {
           write_dense_kernel<feat_t, 1><<<blocks_for(B * cells), kThreads, 0, stream>>>(
-              slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(), acc_stride, counts, in.reduce, C,
+              slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(), acc_stride, counts, count_lane, in.reduce, C,
               cells, B * cells, result.data_ptr<feat_t>());
         }
         C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -231,6 +231,21 @@ def test_padding_past_lengths_is_ignored(device):
 # Autograd
 # ---------------------------------------------------------------------------
 
+@pytest.mark.parametrize("grid", [(1, 1, 1), (3, 5, 7), (2, 4, 4), (7, 9, 11)])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_grid_sizes(device, reduce, grid):
+    # Cells per cloud that are odd, a multiple of 4 but not of 32, or span
+    # several 32-voxel words (CUDA occupancy keeps one bit per voxel, per cloud).
+    points = cloud(3, 3000, device)
+    features = torch.randn(3, 3000, 2, device=device) if reduce in FEATURE_REDUCES else None
+    lengths = torch.tensor([3000, 17, 0], device=device)
+    voxel = tuple(1.0 / g for g in grid)
+    out, ref, npy = run(points, grid, voxel, (0, 0, 0), features, lengths, reduce)
+    assert_matches(out, ref, npy)
+    if reduce == "occupancy":
+        assert out[0].sum() > 0 and out[2].sum() == 0
+
+
 @pytest.mark.parametrize("C", [1, 3, 4, 5, 8])
 @pytest.mark.parametrize("reduce", FEATURE_REDUCES)
 def test_channel_counts(device, reduce, C):
@@ -416,12 +431,18 @@ def test_cuda_no_host_sync_and_lengths_contract():
     torch.cuda.set_sync_debug_mode("error")
     try:
         count = robocache.voxelize(points, (4, 4, 4), 0.25, (0, 0, 0), lengths=lengths, reduce="count")
+        occupied = [robocache.voxelize(points, grid, 0.25, (0, 0, 0), lengths=lengths)
+                    for grid in [(4, 4, 4), (3, 5, 3)]]  # vector and scalar dense writes
         mean = robocache.voxelize(points, (4, 4, 4), 0.25, (0, 0, 0), features=features,
                                   lengths=lengths, reduce="max")
         mean.sum().backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert (count[0] == -1).all()  # a negative length is visibly wrong
+    for occ in occupied:
+        assert torch.isnan(occ[0]).all() and not torch.isnan(occ[1:]).any()
+        part = robocache.voxelize(points[2, :40], tuple(occ.shape[1:]), 0.25, (0, 0, 0))
+        assert occ[1].sum() > 0 and torch.equal(occ[2], part)
     assert torch.isnan(mean[0]).all()
     full = robocache.voxelize(points[1], (4, 4, 4), 0.25, (0, 0, 0), reduce="count")
     assert torch.equal(count[1], full)  # a length above N is treated as N

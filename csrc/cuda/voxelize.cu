@@ -1,12 +1,14 @@
 // CUDA kernels for robocache::voxelize and robocache::_voxelize_backward.
 //
-// Forward: one pass over the points (a thread per point). occupancy and count
-// go straight into the dense grid (a plain store of 1; integer atomics,
-// aggregated per warp). sum, mean and max accumulate into compact per-point
-// slots, then one pass writes the dense grid once. count and max are exact
-// and deterministic (integer atomics, an ordered-integer atomic max); sum and
-// mean use float atomics and raise PyTorch's nondeterminism alert. Backward gathers per point (sum, mean) or
-// finds each voxel's lowest-index argmax with an integer atomicMin (max).
+// Forward: one pass over the points (a thread per point). count goes straight
+// into the zeroed dense grid (integer atomics, aggregated per warp).
+// occupancy sets one bit per voxel, then one pass writes the dense grid once.
+// sum, mean and max accumulate into compact per-point slots, then one pass
+// writes the dense grid once. count and max are exact and deterministic
+// (integer atomics, an ordered-integer atomic max); sum and mean use float
+// atomics and raise PyTorch's nondeterminism alert. Backward gathers per
+// point (sum, mean) or finds each voxel's lowest-index argmax with an integer
+// atomicMin (max).
 // Current stream, device guard, no host sync, int64 index math.
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -62,22 +64,18 @@ __device__ __forceinline__ void atomic_max(double* addr, double x) {
   }
 }
 
-// occupancy and count: one pass, straight into the dense grid. Points of a
-// warp that fall into the same voxel (common in depth-camera clouds, which
-// arrive in pixel order) add their count with one atomic.
+// count: one pass, straight into the zeroed dense grid. Points of a warp
+// that fall into the same voxel (common in depth-camera clouds, which arrive
+// in pixel order) add their count with one atomic.
 template <typename point_t, typename feat_t>
 __global__ void __launch_bounds__(kThreads)
-    voxelize_points_kernel(const VoxelArgs<point_t, feat_t> a, Reduce reduce, int64_t cells,
-                           point_t* __restrict__ occupancy, int32_t* __restrict__ counts) {
+    count_points_kernel(const VoxelArgs<point_t, feat_t> a, int64_t cells,
+                        int32_t* __restrict__ counts) {
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   const bool in_range = i < a.B * a.N;
   const int64_t b = in_range ? i / a.N : 0;
   const int64_t v = in_range ? point_voxel(a, b, i - b * a.N) : -1;
   const int64_t cell = v < 0 ? -1 : b * cells + v;
-  if (reduce == Reduce::Occupancy) {
-    if (cell >= 0) occupancy[cell] = point_t(1);
-    return;
-  }
   // Every lane of the warp takes part in the votes (blocks are whole warps).
   // The match is costly and only pays where neighbouring points share a voxel,
   // so a warp whose lanes never repeat their left neighbour's voxel (uniform
@@ -92,6 +90,25 @@ __global__ void __launch_bounds__(kThreads)
   const unsigned peers = __match_any_sync(0xffffffffu, key);
   const int leader = __ffs(peers) - 1;
   if (cell >= 0 && int(threadIdx.x % 32) == leader) atomicAdd(counts + cell, __popc(peers));
+}
+
+// occupancy, pass 1: one bit per voxel (words_per_cloud 32-bit words per
+// cloud). Storing floats straight into the dense grid would write partial
+// sectors at random all over it, each a read-modify-write of DRAM; the bits
+// of a whole batch are 1/32 (float) of the grid and stay in L2. A point in
+// the same voxel as its left neighbour (depth-camera clouds) skips its OR.
+template <typename point_t>
+__global__ void __launch_bounds__(kThreads)
+    occupancy_bits_kernel(const VoxelArgs<point_t, float> a, int64_t words_per_cloud,
+                          uint32_t* __restrict__ bits) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  const bool in_range = i < a.B * a.N;
+  const int64_t b = in_range ? i / a.N : 0;
+  const int64_t v = in_range ? point_voxel(a, b, i - b * a.N) : -1;
+  const int64_t cell = v < 0 ? -1 : b * (words_per_cloud * 32) + v;
+  const long long left = __shfl_up_sync(0xffffffffu, static_cast<long long>(cell), 1);
+  if (cell < 0 || (threadIdx.x % 32 > 0 && left == cell)) return;
+  atomicOr(bits + (cell >> 5), 1u << (cell & 31));
 }
 
 // sum, mean, max, pass 1: each kept point claims its voxel's slot (the index
@@ -186,6 +203,38 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// occupancy, pass 2: the dense grid written once from the bits. A thread
+// takes R consecutive voxels of one cloud (R = 4 when the cells of a cloud
+// are a multiple of 4: vector stores, and the 4 bits share a word). A cloud
+// with a negative length comes out NaN (see poison_negative_lengths).
+template <typename point_t, int R>
+__global__ void __launch_bounds__(kThreads)
+    write_occupancy_kernel(const uint32_t* __restrict__ bits, int64_t words_per_cloud,
+                           int64_t cells, int64_t total_cells, const int64_t* __restrict__ lengths,
+                           point_t* __restrict__ out) {
+  const int64_t e = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * R;
+  if (e >= total_cells) return;
+  const int64_t b = e / cells, v = e - b * cells;
+  const bool poison = lengths != nullptr && lengths[b] < 0;
+  Run<point_t, R> y;
+  if (R == 4) {
+    const uint32_t word = bits[b * words_per_cloud + (v >> 5)] >> (v & 31);
+#pragma unroll
+    for (int r = 0; r < R; ++r) y.x[r] = point_t((word >> r) & 1u);
+  } else {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t w = v + r;
+      y.x[r] = point_t((bits[b * words_per_cloud + (w >> 5)] >> (w & 31)) & 1u);
+    }
+  }
+  if (poison) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) y.x[r] = std::numeric_limits<point_t>::quiet_NaN();
+  }
+  *reinterpret_cast<Run<point_t, R>*>(out + e) = y;
+}
+
 // The no-host-sync contract for lengths: a cloud with a negative length
 // comes out visibly wrong (NaN, or -1 for counts) instead of silently empty.
 template <typename out_t>
@@ -220,20 +269,37 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
   at::Tensor result;
   AT_DISPATCH_FLOATING_TYPES(points.scalar_type(), "voxelize_cuda", [&] {
     using point_t = scalar_t;
-    if (in.reduce == Reduce::Occupancy || in.reduce == Reduce::Count) {
-      const bool occ = in.reduce == Reduce::Occupancy;
-      result = at::zeros({B, cells}, points.options().dtype(occ ? points.scalar_type() : at::kInt));
+    if (in.reduce == Reduce::Occupancy) {
+      result = at::empty({B, cells}, points.options());
+      if (result.numel() == 0) return;
+      const int64_t words_per_cloud = (cells + 31) / 32;
+      // uint32 words, held in an int32 tensor (same bits).
+      at::Tensor bits = at::zeros({B * words_per_cloud}, points.options().dtype(at::kInt));
+      auto* bits_ptr = reinterpret_cast<uint32_t*>(bits.data_ptr<int32_t>());
       if (n > 0) {
-        voxelize_points_kernel<point_t, float><<<blocks_for(n), kThreads, 0, stream>>>(
-            voxel_args<point_t, float>(in), in.reduce, cells,
-            occ ? result.data_ptr<point_t>() : nullptr, occ ? nullptr : result.data_ptr<int32_t>());
+        occupancy_bits_kernel<point_t><<<blocks_for(n), kThreads, 0, stream>>>(
+            voxel_args<point_t, float>(in), words_per_cloud, bits_ptr);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
-      if (occ) {
-        poison_negative_lengths<point_t>(in, result, std::numeric_limits<point_t>::quiet_NaN());
+      const int64_t* lengths_ptr = in.lengths.defined() ? in.lengths.data_ptr<int64_t>() : nullptr;
+      if (cells % 4 == 0) {
+        write_occupancy_kernel<point_t, 4><<<blocks_for((B * cells) / 4), kThreads, 0, stream>>>(
+            bits_ptr, words_per_cloud, cells, B * cells, lengths_ptr, result.data_ptr<point_t>());
       } else {
-        poison_negative_lengths<int32_t>(in, result, -1);
+        write_occupancy_kernel<point_t, 1><<<blocks_for(B * cells), kThreads, 0, stream>>>(
+            bits_ptr, words_per_cloud, cells, B * cells, lengths_ptr, result.data_ptr<point_t>());
       }
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    }
+    if (in.reduce == Reduce::Count) {
+      result = at::zeros({B, cells}, points.options().dtype(at::kInt));
+      if (n > 0) {
+        count_points_kernel<point_t, float><<<blocks_for(n), kThreads, 0, stream>>>(
+            voxel_args<point_t, float>(in), cells, result.data_ptr<int32_t>());
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      }
+      poison_negative_lengths<int32_t>(in, result, -1);
       return;
     }
     if (in.reduce != Reduce::Max) {
@@ -357,8 +423,8 @@ at::Tensor voxelize_backward_cuda(const at::Tensor& grad, const at::Tensor& poin
         at::Tensor counts, first;
         if (in.reduce == Reduce::Mean) {
           counts = at::zeros({B, cells}, points.options().dtype(at::kInt));
-          voxelize_points_kernel<point_t, feat_t><<<blocks_for(n), kThreads, 0, stream>>>(
-              a, Reduce::Count, cells, nullptr, counts.data_ptr<int32_t>());
+          count_points_kernel<point_t, feat_t><<<blocks_for(n), kThreads, 0, stream>>>(
+              a, cells, counts.data_ptr<int32_t>());
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         } else if (in.reduce == Reduce::Max) {
           first = at::full({B, C, cells}, std::numeric_limits<int32_t>::max(),

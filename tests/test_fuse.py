@@ -306,3 +306,25 @@ def test_cuda_no_host_sync():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert query.grad is not None
+
+
+@requires_cuda
+@pytest.mark.parametrize("n", [1000, 70_001, 300_007])
+@pytest.mark.parametrize("specs", [[(70, 4), (9, 2)], [(300, 8), (40, 3), (7, 1)]],
+                         ids=["two", "three"])
+def test_cuda_forward_tiles(n, specs):
+    """With several streams a whole block shares a tile of 32 to 256
+    flattened queries (more as the launch grows); every tile size with a
+    partial last tile, NaN queries and short rows against the float64
+    reference, and bit-equal to per-stream resample."""
+    B = 3
+    T = (n + B - 1) // B
+    streams = make_streams(B, specs, "cuda", time_dtype=torch.float32, with_lengths=True)
+    query = query_times(B, T, torch.float32, "cuda")
+    query[:, ::101] = float("nan")
+    modes = [MODES[k % 3] for k in range(len(specs))]
+    out = robocache.fuse(streams, query, modes=modes)
+    assert torch.equal(out.isnan(), per_stream(streams, query, modes, upcast=False).isnan())
+    assert torch.equal(out.nan_to_num(), per_stream(streams, query, modes, upcast=False).nan_to_num())
+    assert_close(out.double(), per_stream(streams, query, modes), rtol=1e-5, atol=1e-5,
+                 equal_nan=True)

@@ -614,3 +614,29 @@ def test_query_order_and_repeated_times_on_long_rows(device, order, mode):
         out = robocache.resample(values, times, q, lengths=lens, mode=mode)
         expected = reference.resample(values, times, q, lengths=lens, mode=mode)
         assert_close(out, expected, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+@requires_cuda
+@pytest.mark.parametrize("n", [1000, 35_001, 70_001, 140_001, 300_007])
+@pytest.mark.parametrize("D,dtype", [(4, torch.float32), (6, torch.float32), (16, torch.bfloat16),
+                                     (3, torch.float64)])
+def test_cuda_forward_tiles(n, D, dtype):
+    """The CUDA forward runs in tiles of 32 to 256 flattened queries (more
+    per block as the launch grows, fewer as rows widen); every tile size, a
+    partial last tile, rows that span tiles, NaN queries and short rows
+    against the float64 reference."""
+    B = 3
+    T = (n + B - 1) // B
+    S = 257
+    values = torch.randn(B, S, D, device="cuda").to(dtype)
+    times = sorted_times(B, S, torch.float32, "cuda")
+    query = query_times(B, T, torch.float32, "cuda")
+    query[:, ::101] = float("nan")
+    query[:, 7::13] = times[:, :1] - 1  # before the first sample
+    lengths = torch.tensor([S, 2, 1], device="cuda")
+    for mode in MODES:
+        for lens in (None, lengths):
+            out = robocache.resample(values, times, query, lens, mode)
+            rtol, atol = tolerance(dtype)
+            assert_close(out.double(), ref64(values, times, query, lens, mode), rtol=rtol,
+                         atol=atol, equal_nan=True)

@@ -1,11 +1,11 @@
 // The CUDA kernels behind resample (one stream) and fuse (up to kMaxStreams
 // streams), forward and backward, and their host-side launchers.
 //
-// One launch covers every stream: a group of G lanes takes one query, and for
-// each stream locates the query and writes (or back-propagates) that stream's
-// D_k channels at its column offset in the output row. Launches go to the
-// current stream; nothing is read back to the host, so they are capturable in
-// CUDA graphs. Index math is int64 throughout.
+// One launch covers every stream (up to kMaxStreams): each query is located
+// in every stream, and that stream's D_k channels are written (or
+// back-propagated) at its column offset in the output row. Launches go to
+// the current stream; nothing is read back to the host, so they are
+// capturable in CUDA graphs. Index math is int64 throughout.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -38,10 +38,11 @@ struct Streams {
   int K;
 };
 
-// A warp takes a chunk of up to 32 consecutive queries of one batch row.
-// Each lane searches for its own query (32 independent searches in flight),
-// then the warp streams every query's channels: groups of G lanes take one
-// query each, reading its location from the owning lane by shuffle.
+// Backward: a warp takes a chunk of up to 32 consecutive queries of one batch
+// row. Each lane searches for its own query (32 independent searches in
+// flight), then the warp back-propagates every query's channels: groups of G
+// lanes take one query each, reading its location from the owning lane by
+// shuffle.
 constexpr int kChunk = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -83,54 +84,172 @@ __device__ __forceinline__ int64_t warp_upper_bound(const stamp_t* times, int64_
   return first + upper_bound(times + first * stride, stride, last - first, q);
 }
 
-// Forward. Chunks run over the flattened (B * T) queries, so a short row
-// does not leave most of a warp idle; each query's batch row travels with its
-// location.
-template <int VEC, int MAXK, typename value_t, typename stamp_t>
-__global__ void __launch_bounds__(kThreads)
-    multi_stream_forward_kernel(const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
-                                value_t* __restrict__ out, int64_t out_cols, int64_t n) {
+// Location of this lane's query (batch row b, time qv) in stream s, for a
+// warp whose lanes call it together (`mine` is false for lanes without a
+// query). Lanes whose queries search the same row (the usual case) search
+// together, through the warp's pivots.
+template <typename value_t, typename stamp_t>
+__device__ __forceinline__ Location<weight_t<stamp_t>> warp_locate(
+    const StreamArgs<value_t, stamp_t>& s, int64_t b, stamp_t qv, bool mine, int lane,
+    stamp_t* pivots) {
   using W = weight_t<stamp_t>;
-  const int64_t first = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / kChunk * kChunk;
-  if (first >= n) return;  // uniform across the warp
-  const int lane = threadIdx.x % kChunk;
-  const int nq = int(n - first < kChunk ? n - first : kChunk);
-  const bool mine = lane < nq;
-  int64_t b = 0;
-  stamp_t qv = stamp_t(0);
-  if (mine) {
-    b = (first + lane) / q.T;
-    const int64_t t = first + lane - b * q.T;
-    qv = q.query[b * q.q_bstride + t * q.q_stride];
+  Location<W> loc{0, 0, W(0), W(0), true};
+  const int64_t L = mine ? (s.lengths ? clamp_length(s.lengths[b], s.S) : s.S) : 0;
+  const stamp_t* row = s.times + b * s.t_bstride;
+  const int64_t L0 = __shfl_sync(kFullMask, L, 0);
+  const long long row0 = __shfl_sync(kFullMask, reinterpret_cast<long long>(row), 0);
+  if (L0 >= 64 && __all_sync(kFullMask, !mine || (L == L0 && reinterpret_cast<long long>(row) == row0))) {
+    const int64_t kq = warp_upper_bound(reinterpret_cast<const stamp_t*>(row0), s.t_stride, L0,
+                                        qv, lane, pivots);
+    if (mine && !is_nan(qv)) loc = locate_at(row, s.t_stride, L, qv, s.mode, kq);
+  } else if (mine) {
+    loc = locate(row, s.t_stride, L, qv, s.mode);
   }
-  value_t* rows = out + first * out_cols;
-  __shared__ stamp_t pivots[kThreads];
+  return loc;
+}
+
+// Where a query reads its source rows: `off` is the element offset of row i0
+// in the stream's values (row i1 = i0 + 1 follows at + v_sstride, and is read
+// only when w != 0), or -1 for a NaN output.
+template <typename W>
+struct alignas(16) RowRef {
+  int64_t off;
+  W w;
+};
+
+// Forward. A tile of TT threads (a warp, a few warps, or the whole block)
+// takes Q consecutive queries of the flattened (B * T) (Q a multiple of 32).
+// Its threads locate every (stream, query) pair of the tile into shared
+// memory (locate_tile), then stream the tile's rows (gather_tile), each
+// thread issuing the loads of kBatch output vectors before their stores, so
+// that many bytes are in flight while other tiles search. The tiles of a
+// block hold at most kMaxPairs pairs together. One launch covers every
+// stream.
+constexpr int kMaxPairs = 1024;
+constexpr int kBatch = 4;
+
+// Writes the RowRef of pair (k, i) of the tile to refs[k * stride + i].
+template <int MAXK, typename value_t, typename stamp_t>
+__device__ __forceinline__ void locate_tile(const Streams<value_t, stamp_t, MAXK>& p,
+                                            const QueryArgs<stamp_t>& q, int64_t first, int nq,
+                                            int Q, RowRef<weight_t<stamp_t>>* refs, int64_t stride,
+                                            stamp_t* pivots, int tid, int TT) {
+  using W = weight_t<stamp_t>;
+  const int K = MAXK == 1 ? 1 : p.K;
+  const int lane = threadIdx.x % kChunk;
+  for (int base = tid & ~(kChunk - 1); base < K * Q; base += TT) {
+    // Uniform across the warp (Q is a multiple of 32); a constant for one
+    // stream, which keeps p.s in the parameter space.
+    const int k = MAXK == 1 ? 0 : base / Q;
+    const int i = base - k * Q + lane;
+    if (base - k * Q >= nq) continue;  // uniform: past the tile's last query
+    const bool mine = i < nq;
+    int64_t b = 0;
+    stamp_t qv = stamp_t(0);
+    if (mine) {
+      const int64_t m = first + i;
+      b = m / q.T;
+      qv = q.query[b * q.q_bstride + (m - b * q.T) * q.q_stride];
+    }
+    const auto& s = p.s[k];
+    const auto loc = warp_locate(s, b, qv, mine, lane, pivots + (threadIdx.x & ~(kChunk - 1)));
+    if (mine) {
+      refs[k * stride + i] = RowRef<W>{loc.nan ? -1 : b * s.v_bstride + loc.i0 * s.v_sstride, loc.w};
+    }
+  }
+}
+
+// Writes the tile's output rows from the RowRef of pair (k, row) at
+// refs[k * stride + row].
+template <int VEC, int MAXK, typename value_t, typename stamp_t>
+__device__ __forceinline__ void gather_tile(const Streams<value_t, stamp_t, MAXK>& p,
+                                            const RowRef<weight_t<stamp_t>>* refs, int64_t stride,
+                                            int nq, value_t* __restrict__ out, int64_t out_cols,
+                                            int tid, int TT) {
+  using W = weight_t<stamp_t>;
+  using IO = VecIO<value_t, VEC>;
+  using C = typename IO::C;
   for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
     const auto& s = p.s[k];
-    Location<W> loc{0, 0, W(0), W(0), true};
-    const int64_t L = mine ? (s.lengths ? clamp_length(s.lengths[b], s.S) : s.S) : 0;
-    const stamp_t* row = s.times + b * s.t_bstride;
-    // Lanes whose queries search the same row (the usual case) search together.
-    const int64_t L0 = __shfl_sync(kFullMask, L, 0);
-    const int64_t row0 = __shfl_sync(kFullMask, reinterpret_cast<long long>(row), 0);
-    if (L0 >= 64 && __all_sync(kFullMask, !mine || (L == L0 && reinterpret_cast<long long>(row) == row0))) {
-      const int64_t kq = warp_upper_bound(reinterpret_cast<const stamp_t*>(row0), s.t_stride, L0,
-                                          qv, lane, pivots + (threadIdx.x & ~31));
-      if (mine && !is_nan(qv)) loc = locate_at(row, s.t_stride, L, qv, s.mode, kq);
-    } else if (mine) {
-      loc = locate(row, s.t_stride, L, qv, s.mode);
-    }
+    // Groups of G lanes share a query's channels; R groups per block.
     const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
-    const int G = 1 << lg, per_iter = kChunk >> lg;
-    const int group = lane >> lg, sub = lane & (G - 1);
-#pragma unroll 4
-    for (int j = 0; j < nq; j += per_iter) {
-      const int src = j + group;
-      const auto l = shuffle_location(loc, src);
-      const int64_t bq = __shfl_sync(kFullMask, b, src);
-      if (src < nq) resample_one<VEC>(s, l, bq, sub, G, rows + src * out_cols + p.col[k]);
+    const int G = 1 << lg, R = TT >> lg;
+    const int sub = tid & (G - 1), r0 = tid >> lg;
+    const int64_t nvec = s.D / VEC;
+    const RowRef<W>* tile = refs + k * stride;
+    value_t* dst = out + p.col[k];
+    for (int64_t v = sub; v < nvec; v += G) {
+      for (int r = r0; r < nq; r += kBatch * R) {
+        // Offsets, and weights already in the compute type: fewer registers.
+        int64_t off[kBatch];
+        C w[kBatch];
+        typename IO::Raw x0[kBatch], x1[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int row = r + u * R;
+          off[u] = -1;
+          w[u] = C(0);
+          if (row < nq) {
+            off[u] = tile[row].off;
+            w[u] = C(tile[row].w);
+          }
+          if (off[u] >= 0) {
+            const value_t* r0p = s.values + off[u] + v * VEC;
+            x0[u] = IO::load_raw(r0p);
+            if (w[u] != C(0)) x1[u] = IO::load_raw(r0p + s.v_sstride);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int row = r + u * R;
+          if (row < nq) {
+            typename IO::Frag y;
+            if (off[u] < 0) {
+              y = IO::nan();
+            } else {
+              y = IO::convert(x0[u]);
+              if (w[u] != C(0)) {
+                const auto y1 = IO::convert(x1[u]);
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) y[e] = y[e] + w[u] * (y1[e] - y[e]);
+              }
+            }
+            IO::store(dst + row * out_cols + v * VEC, y);
+          }
+        }
+      }
     }
   }
+}
+
+// Orders the tile's shared-memory writes before its reads: the block, a
+// warp, or a named barrier for the TT threads of tile g.
+__device__ __forceinline__ void tile_sync(int g, int TT) {
+  if (TT == kThreads) {
+    __syncthreads();
+  } else if (TT == kChunk) {
+    __syncwarp();
+  } else {
+    asm volatile("bar.sync %0, %1;" ::"r"(g + 1), "r"(TT) : "memory");
+  }
+}
+
+template <int VEC, int MAXK, typename value_t, typename stamp_t>
+__global__ void __launch_bounds__(kThreads, 4)
+    multi_stream_forward_kernel(const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
+                                value_t* __restrict__ out, int64_t out_cols, int64_t n, int Q,
+                                int TT) {
+  __shared__ RowRef<weight_t<stamp_t>> refs[kMaxPairs];
+  __shared__ stamp_t pivots[kThreads];
+  const int K = MAXK == 1 ? 1 : p.K;
+  const int g = threadIdx.x / TT, tid = threadIdx.x % TT;
+  const int64_t first = (int64_t(blockIdx.x) * (kThreads / TT) + g) * Q;
+  if (first >= n) return;  // uniform across the tile
+  const int nq = int(n - first < Q ? n - first : Q);
+  RowRef<weight_t<stamp_t>>* tile = refs + g * Q * K;
+  locate_tile(p, q, first, nq, Q, tile, Q, pivots, tid, TT);
+  tile_sync(g, TT);
+  gather_tile<VEC>(p, tile, Q, nq, out + first * out_cols, out_cols, tid, TT);
 }
 
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
@@ -193,17 +312,17 @@ inline int group_log2(int64_t nvec) {
 
 inline bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-// Chunks of kChunk queries, kThreads / kChunk chunks per block: per batch row
-// (the backward kernel) or over all B * T queries (per_row == 0, forward).
+// The backward kernel's chunks of kChunk queries of one batch row,
+// kThreads / kChunk chunks per block.
 struct ChunkGrid {
   int64_t per_row, total;
   unsigned int blocks;
 };
 
-inline ChunkGrid chunk_grid(int64_t B, int64_t T, bool flat, const char* op) {
+inline ChunkGrid chunk_grid(int64_t B, int64_t T, const char* op) {
   ChunkGrid g;
-  g.per_row = flat ? 0 : (T + kChunk - 1) / kChunk;
-  g.total = flat ? (B * T + kChunk - 1) / kChunk : B * g.per_row;
+  g.per_row = (T + kChunk - 1) / kChunk;
+  g.total = B * g.per_row;
   const int64_t per_block = kThreads / kChunk;
   const int64_t blocks = (g.total + per_block - 1) / per_block;
   ROBOCACHE_CHECK(blocks <= int64_t(0x7fffffff), op, ": too many queries for one launch (", B * T,
@@ -279,21 +398,53 @@ void for_each_launch(const MultiStreamInputs& in, const std::vector<int64_t>& co
   }
 }
 
+// The forward kernel's tiles: `threads` (32, 64, 128 or 256: a block holds
+// kThreads / threads tiles) take `queries` queries (a power of two in
+// [32, 256]). Measured on an H200 (docs/performance.md):
+//  - several streams (fuse): a whole block shares a tile, so that the
+//    searches of every stream and the rows of a few wide queries spread over
+//    256 threads;
+//  - one stream: four tiles of 64 threads a block, each of up to 256 queries
+//    (up to four searches a thread), so that the tiles of a block search at
+//    different times and each search phase is amortized over many rows.
+// Fewer queries a tile when the launch would have fewer than 8 tiles for
+// each multiprocessor, or a thread more than `items` output vectors.
+struct ForwardTile {
+  int threads, queries;
+};
+
+inline ForwardTile forward_tile(int64_t n, int64_t vectors_per_query, int K) {
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  ForwardTile t{K == 1 ? 64 : kThreads, 256};
+  const int64_t items = K == 1 ? 128 : 16;
+  while (t.queries > kChunk &&
+         (t.queries * vectors_per_query > items * t.threads || n < t.queries * sms * 8 ||
+          (kThreads / t.threads) * t.queries * K > kMaxPairs)) {
+    t.queries >>= 1;
+  }
+  return t;
+}
+
 // out: (B, T, cols_total) contiguous; stream k writes columns [cols[k], cols[k] + D_k).
 template <typename value_t, typename stamp_t>
 void launch_multi_stream_forward(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
                                  at::Tensor& out, const char* op) {
   const auto q = query_args<stamp_t>(in.query);
-  const auto grid = chunk_grid(out.size(0), out.size(1), /*flat=*/true, op);
   const int64_t out_cols = out.size(2);
+  const int64_t n = out.size(0) * out.size(1);
   auto stream = at::cuda::getCurrentCUDAStream();
   value_t* o = out.data_ptr<value_t>();
   const int vec = vector_width<value_t>(in, cols, out_cols, o);
+  const int K = static_cast<int>(std::min<int64_t>(in.values.size(), kMaxStreams));
+  const auto tile = forward_tile(n, out_cols / vec, K);
+  const int64_t per_block = int64_t(tile.queries) * (kThreads / tile.threads);
+  const int64_t blocks = (n + per_block - 1) / per_block;
+  ROBOCACHE_CHECK(blocks <= int64_t(0x7fffffff), op, ": too many queries for one launch (", n, ")");
   for_each_launch<value_t, stamp_t>(in, cols, vec, [&](const auto& p, auto vec_tag, int64_t, int64_t) {
     constexpr int VEC = decltype(vec_tag)::value;
     constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
-    multi_stream_forward_kernel<VEC, MAXK><<<grid.blocks, kThreads, 0, stream>>>(
-        p, q, o, out_cols, out.size(0) * out.size(1));
+    multi_stream_forward_kernel<VEC, MAXK><<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>(
+        p, q, o, out_cols, n, tile.queries, tile.threads);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }
@@ -307,7 +458,7 @@ void launch_multi_stream_backward(const MultiStreamInputs& in, const std::vector
                                   const std::vector<compute_t<value_t>*>& grad_values,
                                   weight_t<stamp_t>* grad_query_parts, const char* op) {
   const auto q = query_args<stamp_t>(in.query);
-  const auto grid = chunk_grid(grad.size(0), grad.size(1), /*flat=*/false, op);
+  const auto grid = chunk_grid(grad.size(0), grad.size(1), op);
   const int64_t n = grad.size(0) * grad.size(1);
   auto stream = at::cuda::getCurrentCUDAStream();
   const value_t* g = grad.data_ptr<value_t>();

@@ -1,7 +1,6 @@
-// Per-query resampling on the GPU, shared by the resample and fuse kernels
-// (forward and backward). A "group" of G lanes (a power of two, at most a
-// warp) handles one query: every lane runs the same search (the loads are
-// broadcast) and the lanes split the D channels in 16-byte vectors.
+// Per-query back-propagation on the GPU, shared by the resample and fuse
+// backward kernels. A "group" of G lanes (a power of two, at most a warp)
+// handles one query; the lanes split the D channels in 16-byte vectors.
 #pragma once
 
 #include "robocache/interp.h"
@@ -9,36 +8,6 @@
 #include "robocache/vec.cuh"
 
 namespace robocache {
-
-// Writes the D resampled channels of query (b, t) to dst (unit stride).
-template <int VEC, typename value_t, typename stamp_t>
-__device__ __forceinline__ void resample_one(const StreamArgs<value_t, stamp_t>& s,
-                                             const Location<weight_t<stamp_t>>& loc, int64_t b,
-                                             int lane, int G, value_t* __restrict__ dst) {
-  using IO = VecIO<value_t, VEC>;
-  using C = typename IO::C;
-  const int64_t nvec = s.D / VEC;
-  if (loc.nan) {
-    for (int64_t v = lane; v < nvec; v += G) IO::store(dst + v * VEC, IO::nan());
-    return;
-  }
-  const value_t* r0 = s.values + b * s.v_bstride + loc.i0 * s.v_sstride;
-  const value_t* r1 = s.values + b * s.v_bstride + loc.i1 * s.v_sstride;
-  const C w = C(loc.w);
-  if (w == C(0)) {
-#pragma unroll 4
-    for (int64_t v = lane; v < nvec; v += G) IO::store(dst + v * VEC, IO::load(r0 + v * VEC));
-    return;
-  }
-#pragma unroll 4
-  for (int64_t v = lane; v < nvec; v += G) {
-    auto x0 = IO::load(r0 + v * VEC);
-    const auto x1 = IO::load(r1 + v * VEC);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) x0[k] = x0[k] + w * (x1[k] - x0[k]);
-    IO::store(dst + v * VEC, x0);
-  }
-}
 
 // Adds a fragment into global memory: one 16-byte atomic per 4 floats on
 // Hopper (sm_90+), scalar atomics elsewhere and for double.
@@ -72,7 +41,7 @@ __device__ __forceinline__ T group_sum(T x, int G) {
   return x;
 }
 
-// Backward of resample_one for query (b, t):
+// Backward of the forward blend for query (b, t):
 //  - adds (1 - w) g and w g into rows i0 and i1 of grad_values (atomics),
 //  - returns this lane's share of g . (v1 - v0) for the query gradient.
 template <int VEC, typename value_t, typename stamp_t>

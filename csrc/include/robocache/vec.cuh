@@ -54,12 +54,18 @@ struct VecIO {
   static_assert(sizeof(Raw) == sizeof(Packed), "no raw word of this size");
 
   // Inputs are read-only for the kernel's lifetime: the non-coherent path.
-  __device__ __forceinline__ static Frag load(const value_t* p) {
-    const Raw raw = __ldg(reinterpret_cast<const Raw*>(p));
+  __device__ __forceinline__ static Raw load_raw(const value_t* p) {
+    return __ldg(reinterpret_cast<const Raw*>(p));
+  }
+
+  // Loads kept raw until used take a register per 4 bytes, not per element.
+  __device__ __forceinline__ static Frag convert(const Raw& raw) {
     Packed packed;
     memcpy(&packed, &raw, sizeof(Raw));
     return cutlass::NumericArrayConverter<C, storage_t, N>{}(packed);
   }
+
+  __device__ __forceinline__ static Frag load(const value_t* p) { return convert(load_raw(p)); }
 
   // Outputs are written once and not read back here: evict-first stores keep
   // the L2 for the inputs that neighbouring queries share.

@@ -64,29 +64,42 @@ __device__ __forceinline__ void atomic_max(double* addr, double x) {
   }
 }
 
+// The batch cell (b * cells + voxel) of this thread's point (a thread per
+// point), or -1 for a dropped point or a thread past the last point. No lane
+// returns early, so the warp votes after it see every lane.
+template <typename point_t, typename feat_t>
+__device__ __forceinline__ int64_t thread_cell(const VoxelArgs<point_t, feat_t>& a, int64_t cells) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= a.B * a.N) return -1;
+  const int64_t b = i / a.N;
+  const int64_t v = point_voxel(a, b, i - b * a.N);
+  return v < 0 ? -1 : b * cells + v;
+}
+
+// Whether this lane's point falls in the same (kept) cell as its left
+// neighbour's: depth-camera clouds arrive in pixel order, so neighbours
+// often share a voxel. Every lane of the warp must call it (blocks are whole
+// warps).
+__device__ __forceinline__ bool repeats_left(int64_t cell) {
+  const long long left = __shfl_up_sync(0xffffffffu, static_cast<long long>(cell), 1);
+  return threadIdx.x % 32 > 0 && cell >= 0 && left == cell;
+}
+
 // count: one pass, straight into the zeroed dense grid. Points of a warp
-// that fall into the same voxel (common in depth-camera clouds, which arrive
-// in pixel order) add their count with one atomic.
+// that fall into the same voxel add their count with one atomic.
 template <typename point_t, typename feat_t>
 __global__ void __launch_bounds__(kThreads)
     count_points_kernel(const VoxelArgs<point_t, feat_t> a, int64_t cells,
                         int32_t* __restrict__ counts) {
-  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  const bool in_range = i < a.B * a.N;
-  const int64_t b = in_range ? i / a.N : 0;
-  const int64_t v = in_range ? point_voxel(a, b, i - b * a.N) : -1;
-  const int64_t cell = v < 0 ? -1 : b * cells + v;
-  // Every lane of the warp takes part in the votes (blocks are whole warps).
+  const int64_t cell = thread_cell(a, cells);
   // The match is costly and only pays where neighbouring points share a voxel,
   // so a warp whose lanes never repeat their left neighbour's voxel (uniform
   // clouds) adds one per point; repeats further apart stay correct, unmerged.
-  const auto key = static_cast<unsigned long long>(cell);
-  const unsigned lane = threadIdx.x % 32;
-  const unsigned long long left = __shfl_up_sync(0xffffffffu, key, 1);
-  if (!__any_sync(0xffffffffu, lane > 0 && cell >= 0 && key == left)) {
+  if (!__any_sync(0xffffffffu, repeats_left(cell))) {
     if (cell >= 0) atomicAdd(counts + cell, 1);
     return;
   }
+  const auto key = static_cast<unsigned long long>(cell);
   const unsigned peers = __match_any_sync(0xffffffffu, key);
   const int leader = __ffs(peers) - 1;
   if (cell >= 0 && int(threadIdx.x % 32) == leader) atomicAdd(counts + cell, __popc(peers));
@@ -96,18 +109,14 @@ __global__ void __launch_bounds__(kThreads)
 // cloud). Storing floats straight into the dense grid would write partial
 // sectors at random all over it, each a read-modify-write of DRAM; the bits
 // of a whole batch are 1/32 (float) of the grid and stay in L2. A point in
-// the same voxel as its left neighbour (depth-camera clouds) skips its OR.
+// the same voxel as its left neighbour skips its OR.
 template <typename point_t>
 __global__ void __launch_bounds__(kThreads)
     occupancy_bits_kernel(const VoxelArgs<point_t, float> a, int64_t words_per_cloud,
                           uint32_t* __restrict__ bits) {
-  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  const bool in_range = i < a.B * a.N;
-  const int64_t b = in_range ? i / a.N : 0;
-  const int64_t v = in_range ? point_voxel(a, b, i - b * a.N) : -1;
-  const int64_t cell = v < 0 ? -1 : b * (words_per_cloud * 32) + v;
-  const long long left = __shfl_up_sync(0xffffffffu, static_cast<long long>(cell), 1);
-  if (cell < 0 || (threadIdx.x % 32 > 0 && left == cell)) return;
+  const int64_t cell = thread_cell(a, words_per_cloud * 32);
+  const bool repeat = repeats_left(cell);
+  if (cell < 0 || repeat) return;
   atomicOr(bits + (cell >> 5), 1u << (cell & 31));
 }
 

@@ -5,7 +5,6 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
 
-#include <cmath>
 #include <cstdint>
 
 #include "robocache/interp.h"  // ROBOCACHE_HD

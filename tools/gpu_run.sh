@@ -46,8 +46,9 @@ for stage in "$@"; do
                > "$OUT/compile.log" 2>&1 || rc=1
              tail -15 "$OUT/compile.log" ;;
     bench) python3 -m robocache.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
-    bench:*) python3 -m robocache.bench --only "${stage#bench:}" --json "$OUT/bench-${stage#bench:}.json" \
-               2>&1 | tee "$OUT/bench-${stage#bench:}.log" ;;
+    bench:*) kinds=${stage#bench:}; tag=${kinds//,/-}  # the device tool returns no names with commas
+             python3 -m robocache.bench --only "$kinds" --json "$OUT/bench-$tag.json" \
+               2>&1 | tee "$OUT/bench-$tag.log" ;;
     fast:*) python3 -m robocache.bench --robocache-only --only "${stage#fast:}" 2>&1 | tee -a "$OUT/fast.log" ;;
     ptxas) ;;
     *) echo "unknown stage $stage"; rc=1 ;;

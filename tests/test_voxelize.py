@@ -482,3 +482,88 @@ def test_cuda_graph_capture():
     torch.cuda.synchronize()
     expected = reference.voxelize(points, (8, 8, 8), 0.125, (0, 0, 0), features, reduce="mean")
     assert_close(out, expected)
+
+
+def _mixed_cloud(B, N, grid, generator):
+    """Uniform points over a box a little larger than the grid, a quarter of
+    them packed into a few hot voxels in runs (like a depth image in pixel
+    order), some non-finite."""
+    g = torch.tensor(grid, dtype=torch.float64)
+    p = (-0.1 + 1.2 * torch.rand(B, N, 3, dtype=torch.float64, generator=generator)) * g
+    hot = torch.randint(0, 4, (B, N // 4, 1), generator=generator).double()
+    p[:, : N // 4] = (hot * g / 5 + 0.5 + 0.01 * torch.rand(B, N // 4, 3, dtype=torch.float64,
+                                                              generator=generator))
+    p[:, N // 4 : N // 4 + 7, 1] = float("nan")
+    p[:, N // 4 + 7 : N // 4 + 9, 2] = float("inf")
+    return p
+
+
+@requires_cuda
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("case", ["one cloud", "odd grid", "many small clouds"])
+def test_cuda_large_grids_match_float64_reference(reduce, case):
+    # Grids of 2^18 cells or more per batch, as in the benchmarks (the tests
+    # above use small grids): cells not a multiple of 4 (scalar stores), many
+    # small clouds, hot voxels, non-finite points and lengths.
+    cases = ["one cloud", "odd grid", "many small clouds"]
+    gen = torch.Generator().manual_seed(10 * REDUCES.index(reduce) + cases.index(case))
+    B, N, grid = {"one cloud": (2, 20000, (64, 64, 64)),
+                  "odd grid": (2, 30000, (63, 65, 67)),
+                  "many small clouds": (300, 50, (16, 16, 16))}[case]
+    points = _mixed_cloud(B, N, grid, gen)
+    features = torch.randn(B, N, 5, dtype=torch.float64, generator=gen)
+    lengths = torch.randint(0, N + 1, (B,), generator=gen)
+    lengths[0] = N
+    kw = dict(lengths=lengths.cuda(), reduce=reduce)
+    if reduce in FEATURE_REDUCES:
+        kw["features"] = features.float().cuda()
+    out = robocache.voxelize(points.float().cuda(), grid, 1.0, (0, 0, 0), **kw)
+    ref = reference.voxelize(points.float().double(), grid, 1.0, (0, 0, 0),
+                             features.float().double() if reduce in FEATURE_REDUCES else None,
+                             lengths, reduce)
+    if reduce == "count":
+        assert out.dtype == torch.int32 and torch.equal(out.cpu().long(), ref.long())
+        assert int(out[0].max()) >= (N // 4) // 4  # the hot voxels were hit
+    elif reduce in ("occupancy", "max"):
+        assert torch.equal(out.cpu().double(), ref)  # exact
+    else:  # float32 sums of up to a few thousand points, in any order
+        assert_close(out.cpu().double(), ref, rtol=1e-4, atol=1e-4)
+
+
+@requires_cuda
+@pytest.mark.parametrize("feature_dtype", [torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("reduce", FEATURE_REDUCES)
+def test_cuda_large_grid_feature_dtypes(reduce, feature_dtype):
+    gen = torch.Generator().manual_seed(7)
+    points = _mixed_cloud(1, 40000, (80, 60, 70), gen)
+    features = torch.randn(1, 40000, 3, dtype=torch.float64, generator=gen).to(feature_dtype)
+    out = robocache.voxelize(points.float().cuda(), (80, 60, 70), 1.0, (0, 0, 0),
+                             features=features.cuda(), reduce=reduce)
+    ref = reference.voxelize(points.float().double(), (80, 60, 70), 1.0, (0, 0, 0),
+                             features.double(), None, reduce)
+    assert out.dtype == feature_dtype
+    assert_close(out.cpu().double(), ref.to(feature_dtype).double(), rtol=tolerance(feature_dtype)[0],
+                 atol=tolerance(feature_dtype)[1])
+
+
+@requires_cuda
+def test_cuda_large_grid_negative_length_and_no_host_sync():
+    gen = torch.Generator().manual_seed(3)
+    points = _mixed_cloud(3, 5000, (64, 64, 64), gen).float().cuda()
+    features = torch.randn(3, 5000, 2, device="cuda")
+    lengths = torch.tensor([5000, -1, 100], device="cuda")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        outs = {r: robocache.voxelize(points, (64, 64, 64), 1.0, (0, 0, 0), lengths=lengths,
+                                      features=features if r in FEATURE_REDUCES else None, reduce=r)
+                for r in REDUCES}
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for r, out in outs.items():
+        if r == "count":
+            assert (out[1] == -1).all() and (out[0] >= 0).all() and (out[2] >= 0).all()
+        else:
+            assert torch.isnan(out[1]).all() and not torch.isnan(out[2]).any()
+        alone = robocache.voxelize(points[2, :100], (64, 64, 64), 1.0, (0, 0, 0), reduce=r,
+                                   features=features[2, :100] if r in FEATURE_REDUCES else None)
+        assert_close(out[2], alone)

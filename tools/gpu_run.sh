@@ -3,10 +3,13 @@
 # build robocache for sm_90, then run the stages named as arguments, in order:
 #   tests      the whole test suite (pytest -n 8)
 #   core       the resample, fuse, voxelize and import tests
+#   vtests     tests/test_voxelize.py only
 #   compile    tests/test_compile_export.py
 #   bench      python -m robocache.bench (JSON to $OUT/bench.json)
 #   bench:K    the benchmark kinds K only (e.g. bench:resample,fuse)
 #   fast:K     robocache-only benchmark of kinds K
+#   vkernels   per-kernel times of the voxelize cases (tools/voxel_kernels.py)
+#   vncu       Nsight Compute on one count and one mean call (tools/ncu_voxel.py)
 #   ptxas      the compiler's resource report for every kernel ($OUT/ptxas.txt)
 # Carry .whl (nvidia-cutlass, expecttest, pytest-xdist, execnet). Logs go to $OUT.
 set -uo pipefail
@@ -42,6 +45,8 @@ for stage in "$@"; do
     core) python3 -m pytest tests/test_resample.py tests/test_fuse.py tests/test_voxelize.py \
             tests/test_import.py -q -n 8 -p no:cacheprovider > "$OUT/core.log" 2>&1 || rc=1
           tail -15 "$OUT/core.log" ;;
+    vtests) python3 -m pytest tests/test_voxelize.py -q -n 8 -p no:cacheprovider > "$OUT/vtests.log" 2>&1 || rc=1
+            tail -5 "$OUT/vtests.log" ;;
     compile) python3 -m pytest tests/test_compile_export.py -q -n 4 -p no:cacheprovider \
                > "$OUT/compile.log" 2>&1 || rc=1
              tail -15 "$OUT/compile.log" ;;
@@ -50,6 +55,11 @@ for stage in "$@"; do
              python3 -m robocache.bench --only "$kinds" --json "$OUT/bench-$tag.json" \
                2>&1 | tee "$OUT/bench-$tag.log" ;;
     fast:*) python3 -m robocache.bench --robocache-only --only "${stage#fast:}" 2>&1 | tee -a "$OUT/fast.log" ;;
+    vkernels) python3 tools/voxel_kernels.py 2>&1 | tee "$OUT/vkernels.log" ;;
+    vncu) ncu --profile-from-start off --clock-control none --section SpeedOfLight \
+            --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+            python3 tools/ncu_voxel.py > "$OUT/vncu.log" 2>&1 || rc=1
+          grep -E "bin|Duration|Throughput|Achieved Occupancy|Theoretical Occupancy|Stall|Warp Cycles|Block Limit|L1/TEX Hit|L2 Hit" "$OUT/vncu.log" | head -150 ;;
     ptxas) ;;
     *) echo "unknown stage $stage"; rc=1 ;;
   esac

@@ -1,0 +1,44 @@
+"""Per-kernel GPU times (torch.profiler, median of 20 calls) of the voxelize
+benchmark cases: which pass of a voxelize call takes the time.
+    python tools/voxel_kernels.py"""
+import collections
+import statistics
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import robocache
+from robocache.episodes import depth_camera_cloud
+
+torch.manual_seed(0)
+dev = "cuda"
+uni = torch.rand(8, 307200, 3, device=dev)
+depth = depth_camera_cloud(8, device=dev)
+pts, feats = torch.rand(8, 65536, 3, device=dev), torch.randn(8, 65536, 6, device=dev)
+big = torch.rand(32, 100000, 3, device=dev)
+cases = {
+    "count uniform": lambda: robocache.voxelize(uni, (100,) * 3, 0.01, (0, 0, 0), reduce="count"),
+    "count depth": lambda: robocache.voxelize(depth, (100,) * 3, 0.01, (0, 0, 0), reduce="count"),
+    "mean 6": lambda: robocache.voxelize(pts, (100,) * 3, 0.01, (0, 0, 0), features=feats,
+                                         reduce="mean"),
+    "occupancy 128^3": lambda: robocache.voxelize(big, (128,) * 3, 1 / 128, (0, 0, 0)),
+}
+for name, fn in cases.items():
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+    times = collections.defaultdict(list)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            times[e.name].append(e.device_time)
+    print(f"{name}:")
+    total = 0.0
+    for k, v in times.items():
+        med = statistics.median(v)
+        total += med * len(v) / 20
+        print(f"  {med:8.1f} us  x{len(v) // 20}  {k[:100]}")
+    print(f"  {total:8.1f} us  kernel time per call")

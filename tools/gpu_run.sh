@@ -9,7 +9,7 @@
 #   bench:K    the benchmark kinds K only (e.g. bench:resample,fuse)
 #   fast:K     robocache-only benchmark of kinds K
 #   vkernels   per-kernel times of the voxelize cases (tools/voxel_kernels.py)
-#   vncu       Nsight Compute on one count and one mean call (tools/ncu_voxel.py)
+#   vncu       Nsight Compute on the voxelize cases (tools/ncu_cases.py voxelize)
 #   ptxas      the compiler's resource report for every kernel ($OUT/ptxas.txt)
 # Carry .whl (nvidia-cutlass, expecttest, pytest-xdist, execnet). Logs go to $OUT.
 set -uo pipefail
@@ -58,7 +58,7 @@ for stage in "$@"; do
     vkernels) python3 tools/voxel_kernels.py 2>&1 | tee "$OUT/vkernels.log" ;;
     vncu) ncu --profile-from-start off --clock-control none --section SpeedOfLight \
             --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
-            python3 tools/ncu_voxel.py > "$OUT/vncu.log" 2>&1 || rc=1
+            python3 tools/ncu_cases.py voxelize > "$OUT/vncu.log" 2>&1 || rc=1
           grep -E "bin|Duration|Throughput|Achieved Occupancy|Theoretical Occupancy|Stall|Warp Cycles|Block Limit|L1/TEX Hit|L2 Hit" "$OUT/vncu.log" | head -150 ;;
     ptxas) ;;
     *) echo "unknown stage $stage"; rc=1 ;;

@@ -1,5 +1,8 @@
 """Runs each benchmark case's robocache call once between cudaProfilerStart/Stop,
-for Nsight Compute: ncu --profile-from-start off --clock-control none python tools/ncu_cases.py"""
+for Nsight Compute: ncu --profile-from-start off --clock-control none python tools/ncu_cases.py
+[KIND ...] (resample, fuse, voxelize: only those cases)."""
+import sys
+
 import torch
 import robocache
 from robocache.bench import _resample_inputs
@@ -11,19 +14,21 @@ calls = []
 for shape, dtype in [((256, 2048, 2048, 64), torch.float32), ((256, 2048, 2048, 64), torch.bfloat16),
                      ((1024, 500, 100, 14), torch.float32)]:
     v, t, q = _resample_inputs(*shape, dtype, dev)
-    calls.append(lambda v=v, t=t, q=q: robocache.resample(v, t, q))
+    calls.append(("resample", lambda v=v, t=t, q=q: robocache.resample(v, t, q)))
 streams = [(torch.randn(256, S, D, device=dev), torch.sort(torch.rand(256, S, device=dev), 1).values)
            for S, D in [(90, 512), (300, 32), (3000, 16)]]
 fq = torch.sort(torch.rand(256, 150, device=dev), 1).values
-calls.append(lambda: robocache.fuse(streams, fq))
+calls.append(("fuse", lambda: robocache.fuse(streams, fq)))
 uni = torch.rand(8, 307200, 3, device=dev)
 depth = depth_camera_cloud(8, device=dev)
 pts = torch.rand(8, 65536, 3, device=dev); feats = torch.randn(8, 65536, 6, device=dev)
 big = torch.rand(32, 100000, 3, device=dev)
-calls.append(lambda: robocache.voxelize(uni, (100,) * 3, 0.01, (0, 0, 0), reduce="count"))
-calls.append(lambda: robocache.voxelize(depth, (100,) * 3, 0.01, (0, 0, 0), reduce="count"))
-calls.append(lambda: robocache.voxelize(pts, (100,) * 3, 0.01, (0, 0, 0), features=feats, reduce="mean"))
-calls.append(lambda: robocache.voxelize(big, (128,) * 3, 1 / 128, (0, 0, 0), reduce="occupancy"))
+calls.append(("voxelize", lambda: robocache.voxelize(uni, (100,) * 3, 0.01, (0, 0, 0), reduce="count")))
+calls.append(("voxelize", lambda: robocache.voxelize(depth, (100,) * 3, 0.01, (0, 0, 0), reduce="count")))
+calls.append(("voxelize", lambda: robocache.voxelize(pts, (100,) * 3, 0.01, (0, 0, 0), features=feats, reduce="mean")))
+calls.append(("voxelize", lambda: robocache.voxelize(big, (128,) * 3, 1 / 128, (0, 0, 0), reduce="occupancy")))
+only = set(sys.argv[1:])
+calls = [c for kind, c in calls if not only or kind in only]
 for c in calls:
     c()
 torch.cuda.synchronize()

@@ -128,11 +128,11 @@ struct alignas(16) RowRef {
 constexpr int kMaxPairs = 1024;
 constexpr int kBatch = 4;
 
-// Writes the RowRef of pair (k, i) of the tile to refs[k * stride + i].
+// Writes the RowRef of pair (k, i) of the tile to refs[k * Q + i].
 template <int MAXK, typename value_t, typename stamp_t>
 __device__ __forceinline__ void locate_tile(const Streams<value_t, stamp_t, MAXK>& p,
                                             const QueryArgs<stamp_t>& q, int64_t first, int nq,
-                                            int Q, RowRef<weight_t<stamp_t>>* refs, int64_t stride,
+                                            int Q, RowRef<weight_t<stamp_t>>* refs,
                                             stamp_t* pivots, int tid, int TT) {
   using W = weight_t<stamp_t>;
   const int K = MAXK == 1 ? 1 : p.K;
@@ -154,29 +154,29 @@ __device__ __forceinline__ void locate_tile(const Streams<value_t, stamp_t, MAXK
     const auto& s = p.s[k];
     const auto loc = warp_locate(s, b, qv, mine, lane, pivots + (threadIdx.x & ~(kChunk - 1)));
     if (mine) {
-      refs[k * stride + i] = RowRef<W>{loc.nan ? -1 : b * s.v_bstride + loc.i0 * s.v_sstride, loc.w};
+      refs[k * Q + i] = RowRef<W>{loc.nan ? -1 : b * s.v_bstride + loc.i0 * s.v_sstride, loc.w};
     }
   }
 }
 
 // Writes the tile's output rows from the RowRef of pair (k, row) at
-// refs[k * stride + row].
+// refs[k * Q + row].
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
 __device__ __forceinline__ void gather_tile(const Streams<value_t, stamp_t, MAXK>& p,
-                                            const RowRef<weight_t<stamp_t>>* refs, int64_t stride,
-                                            int nq, value_t* __restrict__ out, int64_t out_cols,
-                                            int tid, int TT) {
+                                            const RowRef<weight_t<stamp_t>>* refs, int Q, int nq,
+                                            value_t* __restrict__ out, int64_t out_cols, int tid,
+                                            int TT) {
   using W = weight_t<stamp_t>;
   using IO = VecIO<value_t, VEC>;
   using C = typename IO::C;
   for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
     const auto& s = p.s[k];
-    // Groups of G lanes share a query's channels; R groups per block.
+    // Groups of G lanes share a query's channels; R groups per tile.
     const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
     const int G = 1 << lg, R = TT >> lg;
     const int sub = tid & (G - 1), r0 = tid >> lg;
     const int64_t nvec = s.D / VEC;
-    const RowRef<W>* tile = refs + k * stride;
+    const RowRef<W>* tile = refs + k * Q;
     value_t* dst = out + p.col[k];
     for (int64_t v = sub; v < nvec; v += G) {
       for (int r = r0; r < nq; r += kBatch * R) {
@@ -211,7 +211,7 @@ __device__ __forceinline__ void gather_tile(const Streams<value_t, stamp_t, MAXK
               if (w[u] != C(0)) {
                 const auto y1 = IO::convert(x1[u]);
 #pragma unroll
-                for (int e = 0; e < VEC; ++e) y[e] = y[e] + w[u] * (y1[e] - y[e]);
+                for (int e = 0; e < VEC; ++e) y[e] = blend(y[e], y1[e], w[u]);
               }
             }
             IO::store(dst + row * out_cols + v * VEC, y);
@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 4)
   if (first >= n) return;  // uniform across the tile
   const int nq = int(n - first < Q ? n - first : Q);
   RowRef<weight_t<stamp_t>>* tile = refs + g * Q * K;
-  locate_tile(p, q, first, nq, Q, tile, Q, pivots, tid, TT);
+  locate_tile(p, q, first, nq, Q, tile, pivots, tid, TT);
   tile_sync(g, TT);
   gather_tile<VEC>(p, tile, Q, nq, out + first * out_cols, out_cols, tid, TT);
 }

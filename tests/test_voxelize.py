@@ -73,8 +73,9 @@ def run(points, grid, voxel_size, origin, features=None, lengths=None, reduce="o
     return out, ref, npy
 
 
-def assert_matches(out, ref, npy, dtype=torch.float32):
-    rtol, atol = tolerance(dtype) if dtype.is_floating_point else (0, 0)
+def assert_matches(out, ref, npy, dtype=torch.float32, atol=None):
+    rtol, default_atol = tolerance(dtype) if dtype.is_floating_point else (0, 0)
+    atol = default_atol if atol is None else atol
     assert out.shape == ref.shape == npy.shape
     if not out.dtype.is_floating_point:
         assert torch.equal(out.cpu(), ref.cpu()) and torch.equal(out.cpu().long(), npy)
@@ -231,17 +232,22 @@ def test_padding_past_lengths_is_ignored(device):
 # Autograd
 # ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("grid", [(1, 1, 1), (3, 5, 7), (2, 4, 4), (7, 9, 11)])
+@pytest.mark.parametrize("grid", [(1, 1, 1), (3, 5, 7), (3, 4, 5), (2, 4, 4), (4, 4, 6), (7, 9, 11)])
 @pytest.mark.parametrize("reduce", REDUCES)
 def test_grid_sizes(device, reduce, grid):
-    # Cells per cloud that are odd, a multiple of 4 but not of 32, or span
-    # several 32-voxel words (CUDA occupancy keeps one bit per voxel, per cloud).
+    # Cells per cloud that are odd, a multiple of 4 but not of 32, one or a
+    # few 32-voxel words (CUDA occupancy keeps one bit per voxel, per cloud,
+    # and writes whole words when the cells are a multiple of 32), or span
+    # several 32-voxel words.
     points = cloud(3, 3000, device)
     features = torch.randn(3, 3000, 2, device=device) if reduce in FEATURE_REDUCES else None
     lengths = torch.tensor([3000, 17, 0], device=device)
     voxel = tuple(1.0 / g for g in grid)
     out, ref, npy = run(points, grid, voxel, (0, 0, 0), features, lengths, reduce)
-    assert_matches(out, ref, npy)
+    # A (1, 1, 1) grid sums up to 3000 N(0, 1) features in float32, in an
+    # order of the backend's choosing, with partial sums of tens: errors of
+    # 2.5e-5 were seen against float64 on a total of 1.4.
+    assert_matches(out, ref, npy, atol=1e-4 if reduce == "sum" else None)
     if reduce == "occupancy":
         assert out[0].sum() > 0 and out[2].sum() == 0
 
@@ -432,7 +438,7 @@ def test_cuda_no_host_sync_and_lengths_contract():
     try:
         count = robocache.voxelize(points, (4, 4, 4), 0.25, (0, 0, 0), lengths=lengths, reduce="count")
         occupied = [robocache.voxelize(points, grid, 0.25, (0, 0, 0), lengths=lengths)
-                    for grid in [(4, 4, 4), (3, 5, 3)]]  # vector and scalar dense writes
+                    for grid in [(4, 4, 4), (3, 4, 3), (3, 5, 3)]]  # word, vector, scalar writes
         mean = robocache.voxelize(points, (4, 4, 4), 0.25, (0, 0, 0), features=features,
                                   lengths=lengths, reduce="max")
         mean.sum().backward()
@@ -500,15 +506,17 @@ def _mixed_cloud(B, N, grid, generator):
 
 @requires_cuda
 @pytest.mark.parametrize("reduce", REDUCES)
-@pytest.mark.parametrize("case", ["one cloud", "odd grid", "many small clouds"])
+@pytest.mark.parametrize("case", ["one cloud", "odd grid", "4k grid", "many small clouds"])
 def test_cuda_large_grids_match_float64_reference(reduce, case):
     # Grids of 2^18 cells or more per batch, as in the benchmarks (the tests
-    # above use small grids): cells not a multiple of 4 (scalar stores), many
-    # small clouds, hot voxels, non-finite points and lengths.
-    cases = ["one cloud", "odd grid", "many small clouds"]
+    # above use small grids): cells a multiple of 32 (whole bit words), of 4
+    # only (vector stores), of neither (scalar stores), many small clouds, hot
+    # voxels, non-finite points and lengths.
+    cases = ["one cloud", "odd grid", "4k grid", "many small clouds"]
     gen = torch.Generator().manual_seed(10 * REDUCES.index(reduce) + cases.index(case))
     B, N, grid = {"one cloud": (2, 20000, (64, 64, 64)),
                   "odd grid": (2, 30000, (63, 65, 67)),
+                  "4k grid": (2, 30000, (61, 62, 66)),
                   "many small clouds": (300, 50, (16, 16, 16))}[case]
     points = _mixed_cloud(B, N, grid, gen)
     features = torch.randn(B, N, 5, dtype=torch.float64, generator=gen)

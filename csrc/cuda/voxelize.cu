@@ -170,12 +170,82 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Pass 2: the dense (B, C, X, Y, Z) result, written once; empty voxels are 0.
-// A thread takes R consecutive voxels of one cloud (R = 4 when the cells of a
-// cloud are a multiple of 4, so its loads and stores are vectors).
+// A thread takes U groups of R consecutive voxels of one cloud (R = 4 when
+// the cells of a cloud are a multiple of 4, so its loads and stores are
+// vectors); group u of block k is group (k * U + u) * kThreads + threadIdx.x,
+// so each of the U steps is coalesced across the block. The U slot loads are
+// issued before any of them is used. On an H200 (mean of 6 features into
+// 8 x 100^3) a thread per group took 82 us; this, with the 16-byte gathers
+// below, 75 us (ncu: L2 80% busy, 59% of DRAM bandwidth, 50% occupancy at
+// 64 registers).
 template <typename T, int R>
 struct alignas(sizeof(T) * R) Run {
   T x[R];
 };
+
+constexpr int kDenseGroups = 4;  // U
+
+// One group of R voxels of pass 2: their slots, and `dst`, their first
+// voxel's channel 0 in the output.
+template <typename feat_t, int R>
+__device__ __forceinline__ void write_dense_group(const Run<int32_t, R>& slots,
+                                                  const compute_t<feat_t>* __restrict__ acc,
+                                                  int64_t acc_stride,
+                                                  const int32_t* __restrict__ slot_count,
+                                                  int64_t count_lane, Reduce reduce, int64_t C,
+                                                  feat_t* __restrict__ dst, int64_t cells) {
+  using A = compute_t<feat_t>;
+  bool any = false;
+  A scale[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t slot = slots.x[r];
+    any |= slot >= 0;
+    A scale_r = A(1);
+    if (slot >= 0 && reduce == Reduce::Mean) {
+      scale_r = A(1) / (count_lane >= 0 ? acc[slot * acc_stride + count_lane] : A(slot_count[slot]));
+    }
+    scale[r] = scale_r;
+  }
+  if constexpr (std::is_same<A, float>::value) {
+    if (acc_stride % 4 == 0) {
+      // Rows of a multiple of 4 floats (float sum and mean, whose slots
+      // are padded; max when C is a multiple of 4): 16-byte loads, four
+      // channels each, so a cell costs one request per 4 channels instead
+      // of one per channel.
+      for (int64_t c0 = 0; c0 < C; c0 += 4) {
+        float4 x[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int64_t slot = slots.x[r];
+          x[r] = any && slot >= 0 ? *reinterpret_cast<const float4*>(acc + slot * acc_stride + c0)
+                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          if (c0 + k >= C) break;
+          Run<feat_t, R> y;
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float v = k == 0 ? x[r].x : k == 1 ? x[r].y : k == 2 ? x[r].z : x[r].w;
+            y.x[r] = feat_t(v * scale[r]);
+          }
+          *reinterpret_cast<Run<feat_t, R>*>(dst + (c0 + k) * cells) = y;
+        }
+      }
+      return;
+    }
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    Run<feat_t, R> y;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t slot = slots.x[r];
+      y.x[r] = any && slot >= 0 ? feat_t(acc[slot * acc_stride + c] * scale[r]) : feat_t(0);
+    }
+    *reinterpret_cast<Run<feat_t, R>*>(dst + c * cells) = y;
+  }
+}
 
 template <typename feat_t, int R>
 __global__ void __launch_bounds__(kThreads)
@@ -183,39 +253,72 @@ __global__ void __launch_bounds__(kThreads)
                        int64_t acc_stride, const int32_t* __restrict__ slot_count, int64_t count_lane,
                        Reduce reduce, int64_t C, int64_t cells, int64_t total_cells,
                        feat_t* __restrict__ out) {
-  using A = compute_t<feat_t>;
-  const int64_t e = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * R;
-  if (e >= total_cells) return;
-  const int64_t b = e / cells, v = e - b * cells;
-  const auto slots = *reinterpret_cast<const Run<int32_t, R>*>(slot_of + e);
-  feat_t* dst = out + b * C * cells + v;
-  bool any = false;
-  A scale[R];
+  constexpr int U = kDenseGroups;
+  const int64_t g0 = int64_t(blockIdx.x) * kThreads * U + threadIdx.x;
+  Run<int32_t, R> slots[U];
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    any |= slots.x[r] >= 0;
-    const int64_t slot = slots.x[r];
-    A scale_r = A(1);
-    if (slot >= 0 && reduce == Reduce::Mean) {
-      scale_r = A(1) / (count_lane >= 0 ? acc[slot * acc_stride + count_lane] : A(slot_count[slot]));
+  for (int u = 0; u < U; ++u) {
+    const int64_t e = (g0 + u * kThreads) * R;
+    if (e < total_cells) {
+      slots[u] = *reinterpret_cast<const Run<int32_t, R>*>(slot_of + e);
+    } else {
+#pragma unroll
+      for (int r = 0; r < R; ++r) slots[u].x[r] = -1;
     }
-    scale[r] = scale_r;
   }
-  for (int64_t c = 0; c < C; ++c) {
-    Run<feat_t, R> y;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      y.x[r] = any && slots.x[r] >= 0 ? feat_t(acc[int64_t(slots.x[r]) * acc_stride + c] * scale[r])
-                                      : feat_t(0);
+  for (int u = 0; u < U; ++u) {
+    const int64_t e = (g0 + u * kThreads) * R;
+    if (e < total_cells) {
+      const int64_t b = e / cells;
+      write_dense_group<feat_t, R>(slots[u], acc, acc_stride, slot_count, count_lane, reduce, C,
+                                   out + b * C * cells + (e - b * cells), cells);
     }
-    *reinterpret_cast<Run<feat_t, R>*>(dst + c * cells) = y;
   }
 }
 
-// occupancy, pass 2: the dense grid written once from the bits. A thread
-// takes R consecutive voxels of one cloud (R = 4 when the cells of a cloud
-// are a multiple of 4: vector stores, and the 4 bits share a word). A cloud
-// with a negative length comes out NaN (see poison_negative_lengths).
+unsigned int dense_blocks(int64_t groups) {
+  return blocks_for((groups + kDenseGroups - 1) / kDenseGroups);
+}
+
+// occupancy, pass 2, when the cells of a cloud are a multiple of 32 (every
+// bit word lies in one cloud, and word w covers cells [32 w, 32 w + 32) of the
+// flattened batch): a warp loads 32 consecutive words with one coalesced load
+// and writes their 1024 voxels in 8 steps of 4 voxels a lane, each lane
+// taking its 4 bits from the owning lane by shuffle. One load serves 8
+// vector stores: on an H200 (32 x 128^3 floats) 74 us, against 81 us for a
+// thread per 4 voxels that waits on its word before its one store, and
+// 64 us for bare 16-byte stores of the same bytes. A cloud with a negative
+// length comes out NaN (see poison_negative_lengths).
+template <typename point_t>
+__global__ void __launch_bounds__(kThreads)
+    write_occupancy_words_kernel(const uint32_t* __restrict__ bits, int64_t words, int64_t cells,
+                                 const int64_t* __restrict__ lengths, point_t* __restrict__ out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t w0 = int64_t(blockIdx.x) * kThreads + threadIdx.x - lane;  // the warp's first word
+  if (w0 >= words) return;  // uniform across the warp
+  const uint32_t word = w0 + lane < words ? bits[w0 + lane] : 0u;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int owner = 4 * k + lane / 8;
+    const uint32_t nibble = __shfl_sync(0xffffffffu, word, owner) >> (4 * (lane % 8));
+    const int64_t e = (w0 + owner) * 32 + 4 * (lane % 8);
+    if (w0 + owner >= words) continue;
+    Run<point_t, 4> y;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) y.x[r] = point_t((nibble >> r) & 1u);
+    if (lengths != nullptr && lengths[e / cells] < 0) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) y.x[r] = std::numeric_limits<point_t>::quiet_NaN();
+    }
+    *reinterpret_cast<Run<point_t, 4>*>(out + e) = y;
+  }
+}
+
+// occupancy, pass 2, for other cell counts: the dense grid written once from
+// the bits. A thread takes R consecutive voxels of one cloud (R = 4 when the
+// cells of a cloud are a multiple of 4: vector stores, and the 4 bits share a
+// word). A cloud with a negative length comes out NaN.
 template <typename point_t, int R>
 __global__ void __launch_bounds__(kThreads)
     write_occupancy_kernel(const uint32_t* __restrict__ bits, int64_t words_per_cloud,
@@ -291,7 +394,10 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
       const int64_t* lengths_ptr = in.lengths.defined() ? in.lengths.data_ptr<int64_t>() : nullptr;
-      if (cells % 4 == 0) {
+      if (cells % 32 == 0) {
+        write_occupancy_words_kernel<point_t><<<blocks_for(B * words_per_cloud), kThreads, 0, stream>>>(
+            bits_ptr, B * words_per_cloud, cells, lengths_ptr, result.data_ptr<point_t>());
+      } else if (cells % 4 == 0) {
         write_occupancy_kernel<point_t, 4><<<blocks_for((B * cells) / 4), kThreads, 0, stream>>>(
             bits_ptr, words_per_cloud, cells, B * cells, lengths_ptr, result.data_ptr<point_t>());
       } else {
@@ -347,11 +453,11 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
       if (result.numel() > 0) {
         const int32_t* counts = slot_count.defined() ? slot_count.data_ptr<int32_t>() : nullptr;
         if (cells % 4 == 0) {
-          write_dense_kernel<feat_t, 4><<<blocks_for((B * cells) / 4), kThreads, 0, stream>>>(
+          write_dense_kernel<feat_t, 4><<<dense_blocks((B * cells) / 4), kThreads, 0, stream>>>(
               slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(), acc_stride, counts, count_lane, in.reduce, C,
               cells, B * cells, result.data_ptr<feat_t>());
         } else {
-          write_dense_kernel<feat_t, 1><<<blocks_for(B * cells), kThreads, 0, stream>>>(
+          write_dense_kernel<feat_t, 1><<<dense_blocks(B * cells), kThreads, 0, stream>>>(
               slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(), acc_stride, counts, count_lane, in.reduce, C,
               cells, B * cells, result.data_ptr<feat_t>());
         }

@@ -18,9 +18,12 @@ Method:
 
 Bandwidth is computed from the minimal byte count: every input read once and
 every output written once (the formula of each case is printed with it), and
-is reported as a fraction of a device-to-device copy measured in the same run
-(bytes read + bytes written). Benchmarks are not tests: nothing here asserts a
-time.
+is reported as a fraction of a large device-to-device copy measured in the
+same run (bytes read + bytes written), and also against a copy that moves the
+same number of bytes as the case (half read, half written), timed the same
+way: a kernel of tens of microseconds spends a larger share of its time
+ramping up and draining than a large copy does. Benchmarks are not tests:
+nothing here asserts a time.
 """
 import argparse
 import json
@@ -76,6 +79,18 @@ def copy_bandwidth_gbs(device):
     y = torch.empty_like(x)
     ms = _median_ms(lambda: y.copy_(x), device)
     return 2 * x.numel() * x.element_size() / ms / 1e6
+
+
+def same_bytes_copy_ms(nbytes, device):
+    """Median time of a device-to-device copy that moves `nbytes` in all
+    (nbytes / 2 read, nbytes / 2 written). Short kernels do not reach the
+    bandwidth of the large copy behind copy_GBps (ramp-up and drain are a
+    larger share of their time), so each row also reports its bandwidth as
+    a % of this copy."""
+    n = max(nbytes // 8, 1)
+    x = torch.randn(n, device=device)
+    y = torch.empty_like(x)
+    return _median_ms(lambda: y.copy_(x), device)
 
 
 class _Rotating:
@@ -310,6 +325,9 @@ def run(device, only=None):
     torch.manual_seed(0)
     copy_gbs = copy_bandwidth_gbs(device)
     rows = [thunk() for kind, thunk in _cases(device, copy_gbs) if not only or kind in only]
+    for r in rows:
+        r["same_bytes_copy_ms"] = same_bytes_copy_ms(r["bytes"], device)
+        r["pct_of_same_bytes_copy"] = 100 * r["same_bytes_copy_ms"] / r["robocache_ms"]
     return {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "torch": torch.__version__, "threads": torch.get_num_threads(),
             "copy_GBps": copy_gbs, "date": time.strftime("%Y-%m-%d"), "rows": rows}
@@ -336,9 +354,14 @@ def print_table(result):
             fmt = lambda x: f"{x:10.4f}" if x else f"{'-':>10}"  # noqa: E731
             ratio = f"{gc / g:7.2f}" if g and gc else f"{'-':>7}"
             print(f"{'   under CUDA graphs':<62} {fmt(g)} {'':>10} {fmt(gc)} {'':>7} {'':>6} {'':>8} {ratio}")
+        if "same_bytes_copy_ms" in r:
+            print(f"{'   a copy moving the same bytes':<62} {r['same_bytes_copy_ms']:10.4f} "
+                  f"{'':>10} {'':>10} {'':>7} {r['pct_of_same_bytes_copy']:6.1f}")
         if "Gpts_per_s" in r:
             print(f"{'   points':<62} {r['Gpts_per_s']:10.2f} Gpts/s, {100 * r['fraction_outside']:.0f}% outside")
-    print("times in ms (medians); GB/s from the minimal bytes: inputs read once, outputs written once")
+    print("times in ms (medians); GB/s from the minimal bytes: inputs read once, outputs written once;\n"
+          "%copy: of the large copy above; under each row, a copy moving that row's bytes and the row's\n"
+          "time as a % of it (short kernels cannot reach the large copy's bandwidth)")
 
 
 def main(argv=None):

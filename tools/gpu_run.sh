@@ -10,6 +10,7 @@
 #   fast:K     robocache-only benchmark of kinds K
 #   vkernels   per-kernel times of the voxelize cases (tools/voxel_kernels.py)
 #   vncu       Nsight Compute on the voxelize cases (tools/ncu_cases.py voxelize)
+#   wprobe     bare dense-write patterns against fill_ and copy_ (tools/write_probe.py)
 #   ptxas      the compiler's resource report for every kernel ($OUT/ptxas.txt)
 # Carry .whl (nvidia-cutlass, expecttest, pytest-xdist, execnet). Logs go to $OUT.
 set -uo pipefail
@@ -60,6 +61,7 @@ for stage in "$@"; do
             --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
             python3 tools/ncu_cases.py voxelize > "$OUT/vncu.log" 2>&1 || rc=1
           grep -E "bin|Duration|Throughput|Achieved Occupancy|Theoretical Occupancy|Stall|Warp Cycles|Block Limit|L1/TEX Hit|L2 Hit" "$OUT/vncu.log" | head -150 ;;
+    wprobe) python3 tools/write_probe.py 2>&1 | tee "$OUT/wprobe.log" ;;
     ptxas) ;;
     *) echo "unknown stage $stage"; rc=1 ;;
   esac

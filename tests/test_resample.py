@@ -620,17 +620,20 @@ def test_query_order_and_repeated_times_on_long_rows(device, order, mode):
 @pytest.mark.parametrize("n", [1000, 35_001, 70_001, 140_001, 300_007])
 @pytest.mark.parametrize("D,dtype", [(4, torch.float32), (6, torch.float32), (16, torch.bfloat16),
                                      (3, torch.float64)])
-def test_cuda_forward_tiles(n, D, dtype):
+@pytest.mark.parametrize("tdtype", [torch.float32, torch.float64])
+def test_cuda_forward_tiles(n, D, dtype, tdtype):
     """The CUDA forward runs in tiles of 32 to 256 flattened queries (more
-    per block as the launch grows, fewer as rows widen); every tile size, a
-    partial last tile, rows that span tiles, NaN queries and short rows
-    against the float64 reference."""
+    per block as the launch grows, fewer as rows widen), and each warp
+    locates several chunks of 32 queries at once (4 with 4-byte times, 2
+    with 8-byte ones); every tile size, a partial last tile (chunks with no
+    queries), rows that span tiles, NaN queries and short rows against the
+    float64 reference."""
     B = 3
     T = (n + B - 1) // B
     S = 257
     values = torch.randn(B, S, D, device="cuda").to(dtype)
-    times = sorted_times(B, S, torch.float32, "cuda")
-    query = query_times(B, T, torch.float32, "cuda")
+    times = sorted_times(B, S, tdtype, "cuda")
+    query = query_times(B, T, tdtype, "cuda")
     query[:, ::101] = float("nan")
     query[:, 7::13] = times[:, :1] - 1  # before the first sample
     lengths = torch.tensor([S, 2, 1], device="cuda")

@@ -268,14 +268,12 @@ __global__ void __launch_bounds__(kThreads) multi_stream_backward_kernel(
   const bool mine = lane < nq;
   const stamp_t qv = mine ? q.query[b * q.q_bstride + (t0 + lane) * q.q_stride] : stamp_t(0);
   const value_t* grows = grad + b * g_bstride + t0 * g_tstride;
+  __shared__ stamp_t pivots[kThreads];
   W slope = W(0);  // d loss / d (this lane's query)
   for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
     const auto& s = p.s[k];
-    Location<W> loc{0, 0, W(0), W(0), true};
-    if (mine) {
-      const int64_t L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
-      loc = locate(s.times + b * s.t_bstride, s.t_stride, L, qv, s.mode);
-    }
+    // The warp's queries share one batch row: the pivot search applies.
+    const auto loc = warp_locate(s, b, qv, mine, lane, pivots + (threadIdx.x & ~(kChunk - 1)));
     const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
     const int G = 1 << lg, per_iter = kChunk >> lg;
     const int group = lane >> lg, sub = lane & (G - 1);

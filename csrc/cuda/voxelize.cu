@@ -195,6 +195,9 @@ __device__ __forceinline__ void write_dense_group(const Run<int32_t, R>& slots,
                                                   int64_t count_lane, Reduce reduce, int64_t C,
                                                   feat_t* __restrict__ dst, int64_t cells) {
   using A = compute_t<feat_t>;
+  // `any` is implied by slot >= 0 below, but it lets the compiler skip an
+  // empty group's gathers as one branch: without it the float kernel
+  // needed 76 registers instead of 64.
   bool any = false;
   A scale[R];
 #pragma unroll

@@ -39,10 +39,10 @@ struct Streams {
 };
 
 // Backward: a warp takes a chunk of up to 32 consecutive queries of one batch
-// row. Each lane searches for its own query (32 independent searches in
-// flight), then the warp back-propagates every query's channels: groups of G
-// lanes take one query each, reading its location from the owning lane by
-// shuffle.
+// row. Its lanes locate their queries together (warp_locate: one row, so the
+// pivot search applies), then the warp back-propagates every query's
+// channels: groups of G lanes take one query each, reading its location from
+// the owning lane by shuffle.
 constexpr int kChunk = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -272,7 +272,6 @@ __global__ void __launch_bounds__(kThreads) multi_stream_backward_kernel(
   W slope = W(0);  // d loss / d (this lane's query)
   for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
     const auto& s = p.s[k];
-    // The warp's queries share one batch row: the pivot search applies.
     const auto loc = warp_locate(s, b, qv, mine, lane, pivots + (threadIdx.x & ~(kChunk - 1)));
     const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
     const int G = 1 << lg, per_iter = kChunk >> lg;

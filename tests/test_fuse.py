@@ -141,6 +141,34 @@ def test_gradcheck(device):
     assert torch.autograd.gradcheck(fn, (*values, query), eps=1e-6, atol=1e-5)
 
 
+@pytest.mark.parametrize("specs", [
+    [(30, 512), (100, 32), (3000, 16)],
+    [(5 + 7 * k, 1 + (k % 5)) for k in range(40)],
+], ids=["vision_proprio_force", "forty"])
+def test_gradients_queries_in_and_out_of_order(device, specs):
+    """The backward of several streams (every stream's source rows written
+    once where a batch row's queries are in order, atomics elsewhere; more
+    streams than one launch holds in "forty") against the float64 reference:
+    rows in order, shuffled, and with a NaN."""
+    B, T = 4, 150
+    streams = make_streams(B, specs, device, with_lengths=True)
+    query = torch.sort(query_times(B, T, torch.float64, device), dim=1).values
+    query[1] = query[1, torch.randperm(T, device=device)]
+    query[2, 7] = float("nan")
+    modes = [MODES[k % 3] for k in range(len(specs))]
+    values = [v.requires_grad_() for v, _, _ in streams]
+    q = query.clone().requires_grad_()
+    grad = torch.randn(B, T, sum(D for _, D in specs), device=device)
+    got = torch.autograd.grad(robocache.fuse(streams, q, modes=modes), (*values, q), grad)
+    v64 = [v.detach().double().requires_grad_() for v in values]
+    ref_streams = [(v, t, n) for v, (_, t, n) in zip(v64, streams)]
+    q64 = query.clone().requires_grad_()
+    expected = torch.autograd.grad(reference.fuse(ref_streams, q64, modes=modes), (*v64, q64),
+                                   grad.double())
+    for a, b in zip(got, expected):
+        assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
+
+
 def test_gradient_to_some_streams_only(device):
     streams = make_streams(2, [(7, 2), (4, 3)], device)
     streams[1][0].requires_grad_()

@@ -290,6 +290,127 @@ def test_half_precision_gradients(device):
     assert_close(query.grad.double(), q64.grad, rtol=2e-2, atol=2e-2)
 
 
+def mixed_order_queries(B, T, times, dtype, device):
+    """Rows of queries in several orders, for the CUDA backward's two paths
+    (rows whose queries are non-decreasing are written once by a gather; the
+    others accumulate with atomics): sorted rows with runs of repeated queries,
+    queries exactly on sample times and past both ends; a shuffled row; a
+    descending row; a sorted row with one NaN; a sorted row of one repeated
+    time."""
+    q = torch.sort(query_times(B, T, torch.float64, device), dim=1).values.to(dtype)
+    q[0, T // 3:T // 2] = q[0, T // 3]  # a run of one repeated query
+    k = min(T // 4, times.shape[-1])
+    on_knots = (times[2] if times.dim() == 2 else times)[:k].to(dtype)
+    q[2] = torch.sort(torch.cat([q[2, : T - k], on_knots])).values
+    if B > 3:
+        q[3] = q[3, torch.randperm(T, device=device)]
+    if B > 4:
+        q[4] = torch.sort(q[4], descending=True).values
+    if B > 5 and dtype.is_floating_point:
+        q[5, T // 2] = float("nan")
+    if B > 6:
+        q[6] = q[6, T // 2]
+    return q
+
+
+def check_gradients(values, times, query, lengths, mode, tol):
+    """robocache's gradients of values and (floating) query against the
+    reference's on float64 values; times and query keep their dtype, as the
+    weights do. A float32 query's gradient is formed in float32."""
+    values = values.detach().requires_grad_()
+    query = query.detach().requires_grad_(query.dtype.is_floating_point)
+    grad = torch.randn(values.shape[0], query.shape[-1], values.shape[-1], device=values.device,
+                       dtype=values.dtype)
+    inputs = lambda v, q: (v, q) if q.requires_grad else (v,)  # noqa: E731
+    got = torch.autograd.grad(robocache.resample(values, times, query, lengths, mode),
+                              inputs(values, query), grad)
+    v64 = values.detach().double().requires_grad_()
+    q_ref = query.detach().requires_grad_(query.requires_grad)
+    expected = torch.autograd.grad(reference.resample(v64, times, q_ref, lengths, mode),
+                                   inputs(v64, q_ref), grad.double(), allow_unused=True,
+                                   materialize_grads=True)
+    assert_close(got[0].double(), expected[0], rtol=tol, atol=tol)
+    if query.requires_grad:
+        q_tol = max(tol, 1e-4) if query.dtype == torch.float32 else tol
+        assert_close(got[1].double(), expected[1].double(), rtol=q_tol, atol=q_tol)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("S,T,D", [(37, 1000, 3), (300, 20, 8), (300, 301, 16), (70, 90, 200),
+                                   (5, 64, 1)])
+@pytest.mark.parametrize("time_dtype", TIME_DTYPES)
+def test_gradients_queries_in_and_out_of_order(device, mode, S, T, D, time_dtype):
+    """Both CUDA backward paths against the float64 reference: upsampling
+    (T >> S), downsampling (T << S), rows that fit one vector a lane, wide rows
+    (D = 200 float32: several vectors a lane), and rows of every query order
+    (mixed_order_queries) in one batch, with and without lengths."""
+    B = 7
+    values = torch.randn(B, S, D, device=device, dtype=torch.float64)
+    times = sorted_times(B, S, torch.float64, device)
+    if time_dtype == torch.int64:
+        times = (times * 1e6).round().to(torch.int64) + torch.arange(S, device=device)
+    else:
+        times = times.to(time_dtype)
+    scale = 1e6 if time_dtype == torch.int64 else 1.0
+    query = mixed_order_queries(B, T, times.double() / scale, torch.float64, device) * scale
+    query = query.to(time_dtype) if time_dtype != torch.int64 else \
+        torch.nan_to_num(query, nan=0.0).round().to(torch.int64)
+    lengths = torch.randint(1, S + 1, (B,), device=device)
+    lengths[1] = 1
+    for lens in (None, lengths):
+        for dtype, tol in ((torch.float64, 1e-9), (torch.float32, 1e-3)):
+            check_gradients(values.to(dtype), times, query, lens, mode, tol)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shared_times", [False, True])
+def test_gradients_shared_sorted_query(device, mode, shared_times):
+    """A (T,) query shared by the batch, in order: every batch row takes the
+    CUDA row gather, and the query gradient sums over the batch."""
+    B, S, T, D = 5, 120, 333, 4
+    values = torch.randn(B, S, D, device=device, dtype=torch.float64)
+    times = sorted_times(B, S, torch.float64, device, shared=shared_times)
+    query = torch.sort(query_times(B, T, torch.float64, device, shared=True)).values
+    lengths = torch.randint(1, S + 1, (B,), device=device)
+    for lens in (None, lengths):
+        check_gradients(values, times, query, lens, mode, 1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gradients_half_types_sorted_queries(device, dtype):
+    B, S, T, D = 3, 200, 150, 24
+    values = torch.randn(B, S, D, device=device).to(dtype)
+    times = sorted_times(B, S, torch.float32, device)
+    query = mixed_order_queries(B, T, times, torch.float32, device)
+    check_gradients(values, times, query, None, "linear",
+                    {torch.float16: 5e-3, torch.bfloat16: 3e-2}[dtype])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gradcheck_sorted_queries(device, mode):
+    B, S, T, D = 2, 70, 90, 3
+    values = torch.randn(B, S, D, dtype=torch.float64, device=device, requires_grad=True)
+    times = sorted_times(B, S, torch.float64, device)
+    query = torch.sort(query_times(B, T, torch.float64, device), dim=1).values.requires_grad_()
+    lengths = torch.tensor([S, 40], device=device)
+    fn = lambda v, q: robocache.resample(v, times, q, lengths, mode)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (values, query), eps=1e-6, atol=1e-5)
+
+
+@requires_cuda
+def test_cuda_gradient_of_sorted_rows_is_reproducible():
+    """Rows whose queries are in order are written once, without atomics:
+    the same bits on every run (the shuffled row may differ in its last bits)."""
+    B, S, T, D = 4, 2000, 2500, 16
+    values = torch.randn(B, S, D, device="cuda", requires_grad=True)
+    times = sorted_times(B, S, torch.float32, "cuda")
+    query = torch.sort(query_times(B, T, torch.float32, "cuda"), dim=1).values
+    grad = torch.randn(B, T, D, device="cuda")
+    runs = [torch.autograd.grad(robocache.resample(values, times, query), values, grad)[0]
+            for _ in range(3)]
+    assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
+
+
 def test_times_get_no_gradient(device):
     values = torch.randn(1, 4, 2, device=device, requires_grad=True)
     times = torch.arange(4.0, device=device, requires_grad=True)
@@ -512,6 +633,20 @@ def test_cuda_lengths_contract_without_host_sync():
     assert torch.isnan(out[0]).all()  # length < 1: visibly NaN
     assert_close(out[1], robocache.resample(values[1:2], times, query)[0])  # 9 is treated as S
     assert_close(out[2], robocache.resample(values[2:3, :2], times[:2], query)[0])
+    # Gradients: nothing from the row of length 0; the others as the reference
+    # gives them (queries in order, and not).
+    for q in (query, query.flip(0)):
+        v = values.clone().requires_grad_()
+        qq = q.clone().requires_grad_()
+        grad = torch.randn(3, 3, 2, device="cuda")
+        gv, gq = torch.autograd.grad(robocache.resample(v, times, qq, lengths), (v, qq), grad)
+        v64 = values[1:].double().requires_grad_()
+        q64 = q.double().requires_grad_()
+        ref = reference.resample(v64, times.double(), q64, lengths[1:].clamp(max=5))
+        rv, rq = torch.autograd.grad(ref, (v64, q64), grad[1:].double())
+        assert torch.equal(gv[0], torch.zeros_like(gv[0]))
+        assert_close(gv[1:].double(), rv)
+        assert_close(gq.double(), rq)
 
 
 @requires_cuda

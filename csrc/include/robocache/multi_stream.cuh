@@ -57,31 +57,57 @@ __device__ __forceinline__ Location<W> shuffle_location(const Location<W>& loc, 
   return out;
 }
 
-// upper_bound(times, stride, L, q) for every lane of a warp whose lanes all
-// search the same row: the warp loads 31 evenly spaced pivots at once (one
-// round trip), each lane finds its bracket among them in shared memory, and
-// bisects only that 1/32 of the row, saving five dependent round trips.
-// `pivots` is this warp's 32 entries of shared memory.
-template <typename stamp_t>
-__device__ __forceinline__ int64_t warp_upper_bound(const stamp_t* times, int64_t stride, int64_t L,
-                                                    stamp_t q, int lane, stamp_t* pivots) {
-  // Pivot j (j < 31) is sample ((j + 1) * L) / 32.
-  if (lane < 31) pivots[lane] = times[(((lane + 1) * L) >> 5) * stride];
+// The first index in [0, n) of row (element stride `stride`) whose value
+// satisfies pred, or n: pred must be false, then true, along the row.
+template <typename stamp_t, typename Pred>
+__device__ __forceinline__ int64_t partition_point(const stamp_t* row, int64_t stride, int64_t n,
+                                                   const Pred& pred) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + ((hi - lo) >> 1);
+    if (pred(row[mid * stride])) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// partition_point(row, stride, n, pred) for every lane of a warp whose lanes
+// all search the same row (each with its own pred): the warp loads 31 evenly
+// spaced pivots at once (one round trip), each lane finds its bracket among
+// them in shared memory, and bisects only that 1/32 of the row, saving five
+// dependent round trips. `pivots` is this warp's 32 entries of shared memory.
+template <typename stamp_t, typename Pred>
+__device__ __forceinline__ int64_t warp_partition_point(const stamp_t* row, int64_t stride,
+                                                        int64_t n, const Pred& pred, int lane,
+                                                        stamp_t* pivots) {
+  // Pivot j (j < 31) is element ((j + 1) * n) / 32.
+  if (lane < 31) pivots[lane] = row[(((lane + 1) * n) >> 5) * stride];
   __syncwarp();
-  int lo = 0, hi = 31;  // c = the number of pivots <= q
+  int lo = 0, hi = 31;  // c = the number of pivots before the partition point
   while (lo < hi) {
     const int mid = (lo + hi) >> 1;
-    if (pivots[mid] <= q) {
-      lo = mid + 1;
-    } else {
+    if (pred(pivots[mid])) {
       hi = mid;
+    } else {
+      lo = mid + 1;
     }
   }
   __syncwarp();  // the pivots are read before the next call overwrites them
   const int c = lo;
-  const int64_t first = c == 0 ? 0 : ((int64_t(c) * L) >> 5) + 1;  // past pivot c - 1
-  const int64_t last = c == 31 ? L : (int64_t(c + 1) * L) >> 5;     // at pivot c
-  return first + upper_bound(times + first * stride, stride, last - first, q);
+  const int64_t first = c == 0 ? 0 : ((int64_t(c) * n) >> 5) + 1;  // past pivot c - 1
+  const int64_t last = c == 31 ? n : (int64_t(c + 1) * n) >> 5;     // at pivot c
+  return first + partition_point(row + first * stride, stride, last - first, pred);
+}
+
+// upper_bound(times, stride, L, q) (the number of samples <= q; NaN q gives
+// 0) for a warp whose lanes all search the same row.
+template <typename stamp_t>
+__device__ __forceinline__ int64_t warp_upper_bound(const stamp_t* times, int64_t stride, int64_t L,
+                                                    stamp_t q, int lane, stamp_t* pivots) {
+  return warp_partition_point(times, stride, L, [q](stamp_t t) { return !(t <= q); }, lane, pivots);
 }
 
 // Location of this lane's query (batch row b, time qv) in stream s, for a
@@ -252,31 +278,37 @@ __global__ void __launch_bounds__(kThreads, 4)
   gather_tile<VEC>(p, tile, Q, nq, out + first * out_cols, out_cols, tid, TT);
 }
 
+// The backward of batch rows whose queries are not in order (see
+// rows_backward_kernel for the others, which exit here at once): atomics into
+// grad_values, which rows_backward_kernel zeroed for these rows. The query
+// gradient of stream k goes to grad_query + k * n (n = B * T).
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
 __global__ void __launch_bounds__(kThreads) multi_stream_backward_kernel(
     const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
     const value_t* __restrict__ grad, int64_t g_bstride, int64_t g_tstride,
-    weight_t<stamp_t>* __restrict__ grad_query, int64_t num_chunks, int64_t chunks_per_row) {
+    weight_t<stamp_t>* __restrict__ grad_query, int64_t num_chunks, int64_t chunks_per_row,
+    const int* __restrict__ unsorted) {
   using W = weight_t<stamp_t>;
   using C = compute_t<value_t>;
   const int64_t chunk = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / kChunk;
   if (chunk >= num_chunks) return;  // uniform across the warp
-  const int lane = threadIdx.x % kChunk;
   const int64_t b = chunk / chunks_per_row;
+  if (unsorted[b] == 0) return;  // uniform: rows_backward_kernel did this row
+  const int lane = threadIdx.x % kChunk;
   const int64_t t0 = (chunk - b * chunks_per_row) * kChunk;
   const int nq = int(q.T - t0 < kChunk ? q.T - t0 : kChunk);
   const bool mine = lane < nq;
   const stamp_t qv = mine ? q.query[b * q.q_bstride + (t0 + lane) * q.q_stride] : stamp_t(0);
   const value_t* grows = grad + b * g_bstride + t0 * g_tstride;
   __shared__ stamp_t pivots[kThreads];
-  W slope = W(0);  // d loss / d (this lane's query)
+  const bool query_grad = grad_query != nullptr;
   for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
     const auto& s = p.s[k];
     const auto loc = warp_locate(s, b, qv, mine, lane, pivots + (threadIdx.x & ~(kChunk - 1)));
     const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
     const int G = 1 << lg, per_iter = kChunk >> lg;
     const int group = lane >> lg, sub = lane & (G - 1);
-    const bool query_grad = grad_query != nullptr;
+    W slope = W(0);  // d loss / d (this lane's query), through stream k
     for (int j = 0; j < nq; j += per_iter) {
       const int src = j + group;
       const auto l = shuffle_location(loc, src);
@@ -292,8 +324,313 @@ __global__ void __launch_bounds__(kThreads) multi_stream_backward_kernel(
         if (lane >= j && lane < j + per_iter && loc.dt != W(0)) slope += W(total) / loc.dt;
       }
     }
+    if (query_grad && mine) {
+      grad_query[int64_t(k) * (num_chunks / chunks_per_row) * q.T + b * q.T + t0 + lane] = slope;
+    }
   }
-  if (grad_query != nullptr && mine) grad_query[b * q.T + t0 + lane] = slope;
+}
+
+// ---------------------------------------------------------------------------
+// Backward of rows whose queries are in order: a gather, no atomics
+// ---------------------------------------------------------------------------
+//
+// When a batch row's queries are non-decreasing (and none is NaN), the row
+// i0 that each query reads first is non-decreasing along them too, so the
+// queries with i0 == i form one run [A(i), A(i + 1)), where A(i) is the first
+// query whose i0 >= i. Source row i of grad_values is then
+//   the sum over its own run of  g_t - w_t g_t  (g_t where w_t == 0), plus
+//   the sum over the run of row i - 1 of  w_t g_t  (where w_t != 0),
+// (exactly what the atomic kernel adds there, in query order), so every row
+// is written once, by one group of lanes: no atomics and no zero-fill. The
+// same group forms the query gradient of its own run, g_t . (v[i+1] - v[i])
+// / dt_t, reading v[i] and v[i + 1] once for the run.
+
+// rows_sorted: unsorted[b] = 1 where batch row b's queries are not
+// non-decreasing or hold a NaN (unsorted is zeroed before).
+template <typename stamp_t>
+__global__ void __launch_bounds__(kThreads) unsorted_rows_kernel(const QueryArgs<stamp_t> q,
+                                                                 int64_t n, int* __restrict__ unsorted) {
+  const int64_t m = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (m >= n) return;
+  const int64_t b = m / q.T, t = m - b * q.T;
+  const stamp_t* row = q.query + b * q.q_bstride;
+  const stamp_t cur = row[t * q.q_stride];
+  const bool ok = t == 0 ? !is_nan(cur) : row[(t - 1) * q.q_stride] <= cur;  // false for NaN
+  if (!ok) unsorted[b] = 1;
+}
+
+// pred(q) == (i0 of query q >= i), for a source row i with 1 <= i < L:
+// q >= t[i] for linear and previous; nearest also takes the queries of
+// [t[i - 1], t[i]) nearer to t[i] (a tie goes to the later sample), compared
+// exactly as locate_at compares them.
+template <typename stamp_t>
+struct ReadsFrom {
+  stamp_t before, at;  // t[i - 1], t[i]
+  bool nearest;
+  __device__ __forceinline__ bool operator()(stamp_t x) const {
+    if (x >= at) return true;
+    return nearest && x >= before && (at - x) <= (x - before);
+  }
+};
+
+// The tile entry e of rows_backward_kernel: A(b, i) for the flattened source
+// row f = first - 1 + e of stream s (b = f / S, i = f % S); 0 where unused.
+template <typename value_t, typename stamp_t>
+__device__ __forceinline__ void locate_run_starts(const StreamArgs<value_t, stamp_t>& s,
+                                                  const QueryArgs<stamp_t>& q, int64_t B,
+                                                  int64_t first, int entries, int64_t* out,
+                                                  const int* __restrict__ unsorted,
+                                                  stamp_t* pivots, int tid, int TT) {
+  const int lane = threadIdx.x % kChunk;
+  const int64_t rows = B * s.S;
+  for (int e0 = tid & ~(kChunk - 1); e0 < entries; e0 += TT) {  // uniform across the warp
+    const int e = e0 + lane;
+    const int64_t f = first - 1 + e;
+    const bool valid = e < entries && f >= 0 && f < rows;
+    int64_t b = 0, i = 0, L = 0, value = 0;
+    if (valid) {
+      b = f / s.S;
+      i = f - b * s.S;
+      L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
+      value = i == 0 ? 0 : q.T;  // i >= L, or a row with no valid sample
+    }
+    const bool search = valid && i >= 1 && i < L && unsorted[b] == 0;
+    ReadsFrom<stamp_t> pred{stamp_t(0), stamp_t(0), s.mode == Mode::Nearest};
+    const stamp_t* qrow = q.query + b * q.q_bstride;
+    if (search) {
+      const stamp_t* trow = s.times + b * s.t_bstride;
+      pred.before = trow[(i - 1) * s.t_stride];
+      pred.at = trow[i * s.t_stride];
+    }
+    const unsigned searching = __ballot_sync(kFullMask, search);
+    if (searching != 0) {
+      const long long row0 =
+          __shfl_sync(kFullMask, reinterpret_cast<long long>(qrow), __ffs(searching) - 1);
+      if (q.T >= 64 && __all_sync(kFullMask, !search || reinterpret_cast<long long>(qrow) == row0)) {
+        const int64_t r = warp_partition_point(reinterpret_cast<const stamp_t*>(row0), q.q_stride,
+                                               q.T, pred, lane, pivots);
+        if (search) value = r;
+      } else if (search) {
+        value = partition_point(qrow, q.q_stride, q.T, pred);
+      }
+    }
+    if (e < entries) out[e] = value;
+  }
+}
+
+// Stores a fragment of the accumulator type (16-byte stores where it fills them).
+template <typename C, int N>
+__device__ __forceinline__ void store_acc(C* p, const cutlass::Array<C, N>& x) {
+  cutlass::AlignedArray<C, N> a;
+  static_cast<cutlass::Array<C, N>&>(a) = x;
+  *reinterpret_cast<cutlass::AlignedArray<C, N>*>(p) = a;
+}
+
+template <typename T>
+__device__ __forceinline__ T masked_group_sum(T x, int G, unsigned mask) {
+  for (int offset = G >> 1; offset > 0; offset >>= 1) x += __shfl_xor_sync(mask, x, offset);
+  return x;
+}
+
+// Source row i of batch row b, for the G lanes of one group (all of them
+// call it; lane `sub` takes channel vectors sub, sub + G, ...): writes row i
+// of grad_values (gv: that row, or nullptr) from the runs [hs, lo) (row
+// i - 1's) and [lo, hi) (its own), and the query gradient of its own run
+// into gq (row b's, or nullptr).
+template <int VEC, typename value_t, typename stamp_t>
+__device__ __forceinline__ void backward_source_row(
+    const StreamArgs<value_t, stamp_t>& s, const stamp_t* qrow, int64_t q_stride, int64_t b,
+    int64_t i, int64_t L, int64_t hs, int64_t lo, int64_t hi, const value_t* __restrict__ grow,
+    int64_t g_tstride, compute_t<value_t>* gv, weight_t<stamp_t>* gq, int sub, int G,
+    unsigned mask) {
+  using W = weight_t<stamp_t>;
+  using IO = VecIO<value_t, VEC>;
+  using C = typename IO::C;
+  using Frag = typename IO::Frag;
+  const int64_t nvec = s.D / VEC;
+  const stamp_t* trow = s.times + b * s.t_bstride;
+  const bool linear = s.mode == Mode::Linear;
+  // Own queries interpolate between t[i] and t[i + 1] unless i is the last
+  // valid sample (they hold it); the run of row i - 1 between t[i - 1] and t[i].
+  const stamp_t at = trow[i * s.t_stride];
+  const stamp_t before = linear && i > 0 ? trow[(i - 1) * s.t_stride] : at;
+  const stamp_t next = linear && i + 1 < L ? trow[(i + 1) * s.t_stride] : at;
+  const W dt_own = W(next - at), dt_before = W(at - before);
+  // w and dt of a query as locate_at gives them (0 before the first sample,
+  // at or past the last, and for nearest and previous).
+  auto own_weight = [&](stamp_t x, W& dt) {
+    dt = W(0);
+    if (dt_own == W(0) || x < at) return W(0);
+    dt = dt_own;
+    return W(x - at) / dt_own;
+  };
+  auto before_weight = [&](stamp_t x) {
+    return dt_before == W(0) || x < before ? W(0) : W(x - before) / dt_before;
+  };
+  const value_t* x0p = s.values + b * s.v_bstride + i * s.v_sstride;
+  const bool slopes = gq != nullptr && dt_own != W(0);
+  if (nvec <= G) {  // one vector a lane: values, slopes and the row in one pass
+    const bool has = sub < nvec;
+    Frag acc, dx;  // dx = v[i + 1] - v[i]
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) acc[e] = dx[e] = C(0);
+    if (has && slopes) {
+      const Frag x0 = IO::load(x0p + sub * VEC);
+      const Frag x1 = IO::load(x0p + s.v_sstride + sub * VEC);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) dx[e] = x1[e] - x0[e];
+    }
+    // One loop over both runs: each query's time and gradient row load
+    // together, whichever run it is in.
+    const stamp_t* qp = qrow + hs * q_stride;
+    const value_t* gp = grow + hs * g_tstride + sub * VEC;
+    for (int64_t t = hs; t < hi; ++t, qp += q_stride, gp += g_tstride) {
+      const stamp_t x = *qp;
+      Frag g;
+      if (has) {
+        g = IO::load(gp);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) g[e] = C(0);
+      }
+      if (t < lo) {  // row i - 1's run: w g where w != 0
+        const C w = C(before_weight(x));
+        if (w != C(0)) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) acc[e] += w * g[e];
+        }
+        continue;
+      }
+      W dt;
+      const C w = C(own_weight(x, dt));
+      C partial = C(0);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        acc[e] += w == C(0) ? g[e] : g[e] - w * g[e];
+        partial += g[e] * dx[e];
+      }
+      if (gq != nullptr) {
+        partial = masked_group_sum(partial, G, mask);
+        if (sub == 0) gq[t] = dt != W(0) ? W(partial) / dt : W(0);
+      }
+    }
+    if (gv != nullptr && has) store_acc(gv + sub * VEC, acc);
+    return;
+  }
+  // Wider rows: the values' gradient a vector at a time, then the slopes.
+  if (gv != nullptr) {
+    for (int64_t v = sub; v < nvec; v += G) {
+      Frag acc;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[e] = C(0);
+      for (int64_t t = hs; t < lo; ++t) {
+        const C w = C(before_weight(qrow[t * q_stride]));
+        if (w != C(0)) {
+          const Frag g = IO::load(grow + t * g_tstride + v * VEC);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) acc[e] += w * g[e];
+        }
+      }
+      for (int64_t t = lo; t < hi; ++t) {
+        W dt;
+        const C w = C(own_weight(qrow[t * q_stride], dt));
+        const Frag g = IO::load(grow + t * g_tstride + v * VEC);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[e] += w == C(0) ? g[e] : g[e] - w * g[e];
+      }
+      store_acc(gv + v * VEC, acc);
+    }
+  }
+  if (gq != nullptr) {
+    for (int64_t t = lo; t < hi; ++t) {
+      W dt;
+      own_weight(qrow[t * q_stride], dt);
+      C partial = C(0);
+      if (dt != W(0)) {
+        for (int64_t v = sub; v < nvec; v += G) {
+          const Frag g = IO::load(grow + t * g_tstride + v * VEC);
+          const Frag x0 = IO::load(x0p + v * VEC);
+          const Frag x1 = IO::load(x0p + s.v_sstride + v * VEC);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) partial += g[e] * (x1[e] - x0[e]);
+        }
+      }
+      partial = masked_group_sum(partial, G, mask);
+      if (sub == 0) gq[t] = dt != W(0) ? W(partial) / dt : W(0);
+    }
+  }
+}
+
+// Tiles of TT threads over the flattened (B * S) source rows of stream
+// blockIdx.y, Q = TT * m - 2 rows each: the tile locates the run starts
+// A(b, i) of rows first - 1 .. first + Q into shared memory, syncs, then
+// groups of G lanes write its rows. Rows of batch rows whose queries are not
+// in order are written as zeros (the accumulators of the atomic kernel, which
+// runs next), as are rows at or past the row's length.
+constexpr int kRunEntries = 4 * kThreads;  // per block
+
+template <int VEC, int MAXK, typename value_t, typename stamp_t>
+__global__ void __launch_bounds__(kThreads, 4) rows_backward_kernel(
+    const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q, int64_t B,
+    const value_t* __restrict__ grad, int64_t g_bstride, int64_t g_tstride,
+    weight_t<stamp_t>* __restrict__ grad_query, const int* __restrict__ unsorted, int TT, int m) {
+  using W = weight_t<stamp_t>;
+  using C = compute_t<value_t>;
+  __shared__ int64_t starts[kRunEntries];
+  __shared__ stamp_t pivots[kThreads];
+  const int k = MAXK == 1 ? 0 : int(blockIdx.y);
+  const auto& s = p.s[k];
+  const int entries = TT * m, Q = entries - 2;
+  const int g = threadIdx.x / TT, tid = threadIdx.x % TT;
+  const int64_t rows = B * s.S;
+  const int64_t first = (int64_t(blockIdx.x) * (kThreads / TT) + g) * Q;
+  if (first >= rows) return;  // uniform across the tile
+  const int nq = int(rows - first < Q ? rows - first : Q);
+  int64_t* run = starts + g * entries;
+  locate_run_starts(s, q, B, first, nq + 2, run, unsorted,
+                    pivots + (threadIdx.x & ~(kChunk - 1)), tid, TT);
+  tile_sync(g, TT);
+  const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
+  const int G = 1 << lg, R = TT >> lg;
+  const int sub = tid & (G - 1);
+  const int lane = threadIdx.x % kChunk;
+  const unsigned mask = G == kChunk ? kFullMask : ((1u << G) - 1) << (lane & ~(G - 1));
+  C* gvk = p.grad_values[k];
+  W* gqk = grad_query != nullptr ? grad_query + int64_t(k) * B * q.T : nullptr;
+  const int64_t nvec = s.D / VEC;
+  // Row (b, i) of the group's first row; then stepped by R without dividing.
+  int64_t b = (first + (tid >> lg)) / s.S, i = first + (tid >> lg) - b * s.S;
+  for (int j = tid >> lg; j < nq; j += R, i += R) {
+    while (i >= s.S) {
+      i -= s.S;
+      ++b;
+    }
+    const int64_t f = first + j;
+    const int64_t L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
+    C* gv = gvk != nullptr ? gvk + f * s.D : nullptr;
+    W* gq = gqk != nullptr ? gqk + b * q.T : nullptr;
+    if (unsorted[b] != 0 || i >= L) {
+      // Zeros: the atomic kernel's accumulator, or past the valid samples. A
+      // row with no valid sample (L < 1) also gets a zero query gradient.
+      if (gv != nullptr) {
+        cutlass::Array<C, VEC> zero;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) zero[e] = C(0);
+        for (int64_t v = sub; v < nvec; v += G) store_acc(gv + v * VEC, zero);
+      }
+      if (gq != nullptr && unsorted[b] == 0 && L < 1 && i == 0) {
+        for (int64_t t = sub; t < q.T; t += G) gq[t] = W(0);
+      }
+      continue;
+    }
+    const auto clampT = [&](int64_t x) { return x < 0 ? int64_t(0) : (x > q.T ? q.T : x); };
+    // Unsorted times (unspecified results) must still keep every run in bounds.
+    const int64_t lo = clampT(run[j + 1]);
+    const int64_t hi = i == s.S - 1 ? q.T : (clampT(run[j + 2]) < lo ? lo : clampT(run[j + 2]));
+    const int64_t hs = i == 0 ? lo : (clampT(run[j]) > lo ? lo : clampT(run[j]));
+    backward_source_row<VEC>(s, q.query + b * q.q_bstride, q.q_stride, b, i, L, hs, lo, hi,
+                             grad + b * g_bstride + p.col[k], g_tstride, gv, gq, sub, G, mask);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -446,28 +783,65 @@ void launch_multi_stream_forward(const MultiStreamInputs& in, const std::vector<
   });
 }
 
+// Tiles of the backward's row-gather kernel: kRowTileThreads threads each,
+// kRowTileThreads * m - 2 source rows. m grows with the rows a group of
+// lanes shares (narrow rows), so that each group writes about 16 rows a tile.
+constexpr int kRowTileThreads = 64;
+
+inline int row_tile_multiple(int max_log2G) {
+  const int groups = kRowTileThreads >> max_log2G;
+  int m = (groups * 16 + 2 + kRowTileThreads - 1) / kRowTileThreads;
+  return m < 1 ? 1 : (m > 4 ? 4 : m);
+}
+
 // grad: (B, T, cols_total) with unit stride along channels. grad_values[k] is
-// a zeroed (B, S_k, D_k) accumulator or nullptr. The query gradient of launch
-// i (one per kMaxStreams streams) goes to grad_query_parts + i * B * T.
+// a (B, S_k, D_k) accumulator (not initialized: every row is written here) or
+// nullptr. The query gradient of stream k goes to grad_query_parts + k * B * T
+// (every entry written). `unsorted`: B ints, zeroed.
+//
+// Three launches (and one more per kMaxStreams streams): flag the batch rows
+// whose queries are out of order; the row gather (rows_backward_kernel) for
+// the others, which also zeroes the flagged rows' accumulators; the atomic
+// kernel for the flagged rows (its warps exit at once elsewhere).
 template <typename value_t, typename stamp_t>
 void launch_multi_stream_backward(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
                                   const at::Tensor& grad,
                                   const std::vector<compute_t<value_t>*>& grad_values,
-                                  weight_t<stamp_t>* grad_query_parts, const char* op) {
+                                  weight_t<stamp_t>* grad_query_parts, int* unsorted,
+                                  const char* op) {
   const auto q = query_args<stamp_t>(in.query);
-  const auto grid = chunk_grid(grad.size(0), grad.size(1), op);
-  const int64_t n = grad.size(0) * grad.size(1);
+  const int64_t B = grad.size(0);
+  const auto grid = chunk_grid(B, grad.size(1), op);
+  const int64_t n = B * grad.size(1);
   auto stream = at::cuda::getCurrentCUDAStream();
   const value_t* g = grad.data_ptr<value_t>();
   const int64_t gb = grad.stride(0), gt = grad.stride(1);
   const int vec = vector_width<value_t>(in, cols, grad.size(2), g, gb, gt);
-  for_each_launch<value_t, stamp_t>(in, cols, vec, [&](auto p, auto vec_tag, int64_t first, int64_t index) {
+  unsorted_rows_kernel<<<static_cast<unsigned int>((n + kThreads - 1) / kThreads), kThreads, 0,
+                         stream>>>(q, n, unsorted);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  for_each_launch<value_t, stamp_t>(in, cols, vec, [&](auto p, auto vec_tag, int64_t first, int64_t) {
     constexpr int VEC = decltype(vec_tag)::value;
     constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
-    for (int k = 0; k < p.K; ++k) p.grad_values[k] = grad_values[first + k];
-    auto* gq = grad_query_parts ? grad_query_parts + index * n : nullptr;
+    int max_lg = 0;
+    int64_t max_rows = 0;
+    for (int k = 0; k < p.K; ++k) {
+      p.grad_values[k] = grad_values[first + k];
+      max_lg = std::max(max_lg, p.log2G[k]);
+      max_rows = std::max(max_rows, B * p.s[k].S);
+    }
+    auto* gq = grad_query_parts ? grad_query_parts + first * n : nullptr;
+    const int m = row_tile_multiple(max_lg);
+    const int64_t per_block = int64_t(kRowTileThreads * m - 2) * (kThreads / kRowTileThreads);
+    const int64_t blocks = (max_rows + per_block - 1) / per_block;
+    ROBOCACHE_CHECK(blocks <= int64_t(0x7fffffff), op, ": too many source rows for one launch (",
+                    max_rows, ")");
+    const dim3 rows_grid(static_cast<unsigned int>(blocks), static_cast<unsigned int>(p.K));
+    rows_backward_kernel<VEC, MAXK><<<rows_grid, kThreads, 0, stream>>>(
+        p, q, B, g, gb, gt, gq, unsorted, kRowTileThreads, m);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
     multi_stream_backward_kernel<VEC, MAXK><<<grid.blocks, kThreads, 0, stream>>>(
-        p, q, g, gb, gt, gq, grid.total, grid.per_row);
+        p, q, g, gb, gt, gq, grid.total, grid.per_row, unsorted);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }

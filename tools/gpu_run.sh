@@ -8,7 +8,9 @@
 #   bench      python -m robocache.bench (JSON to $OUT/bench.json)
 #   bench:K    the benchmark kinds K only (e.g. bench:resample,fuse)
 #   fast:K     robocache-only benchmark of kinds K
+#   rtests     tests/test_resample.py and tests/test_fuse.py
 #   vkernels   per-kernel times of the voxelize cases (tools/voxel_kernels.py)
+#   bkernels   per-kernel times of the resample backward case (tools/bwd_kernels.py)
 #   vncu       Nsight Compute on the voxelize cases (tools/ncu_cases.py voxelize)
 #   wprobe     bare dense-write patterns against fill_ and copy_ (tools/write_probe.py)
 #   ptxas      the compiler's resource report for every kernel ($OUT/ptxas.txt)
@@ -57,6 +59,10 @@ for stage in "$@"; do
                2>&1 | tee "$OUT/bench-$tag.log" ;;
     fast:*) python3 -m robocache.bench --robocache-only --only "${stage#fast:}" 2>&1 | tee -a "$OUT/fast.log" ;;
     vkernels) python3 tools/voxel_kernels.py 2>&1 | tee "$OUT/vkernels.log" ;;
+    bkernels) python3 tools/bwd_kernels.py 2>&1 | tee "$OUT/bkernels.log" ;;
+    rtests) python3 -m pytest tests/test_resample.py tests/test_fuse.py -q -n 8 -p no:cacheprovider \
+              > "$OUT/rtests.log" 2>&1 || rc=1
+            tail -5 "$OUT/rtests.log" ;;
     vncu) ncu --profile-from-start off --clock-control none --section SpeedOfLight \
             --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
             python3 tools/ncu_cases.py voxelize > "$OUT/vncu.log" 2>&1 || rc=1

@@ -373,12 +373,22 @@ struct ReadsFrom {
   }
 };
 
-// The tile entry e of rows_backward_kernel: A(b, i) for the flattened source
-// row f = first - 1 + e of stream s (b = f / S, i = f % S); 0 where unused.
+// What rows_backward_kernel keeps of one source row in shared memory.
+template <typename stamp_t>
+struct RunEntry {
+  int64_t start;   // A(b, i)
+  int64_t length;  // the batch row's valid samples (0: none), or -1: its queries are out of order
+  stamp_t time;    // t[i]
+};
+
+// Entry e of a tile: source row f = first - 1 + e of stream s (b = f / S,
+// i = f % S); its start is A(b, i) where row i has a run to find, else 0
+// (i == 0, or no valid sample) or T (i at or past the row's length).
 template <typename value_t, typename stamp_t>
 __device__ __forceinline__ void locate_run_starts(const StreamArgs<value_t, stamp_t>& s,
                                                   const QueryArgs<stamp_t>& q, int64_t B,
-                                                  int64_t first, int entries, int64_t* out,
+                                                  int64_t first, int entries,
+                                                  RunEntry<stamp_t>* out,
                                                   const int* __restrict__ unsorted,
                                                   stamp_t* pivots, int tid, int TT) {
   const int lane = threadIdx.x % kChunk;
@@ -387,21 +397,22 @@ __device__ __forceinline__ void locate_run_starts(const StreamArgs<value_t, stam
     const int e = e0 + lane;
     const int64_t f = first - 1 + e;
     const bool valid = e < entries && f >= 0 && f < rows;
-    int64_t b = 0, i = 0, L = 0, value = 0;
+    int64_t b = 0, i = 0, L = 0, start = 0;
+    bool in_order = false;
+    ReadsFrom<stamp_t> pred{stamp_t(0), stamp_t(0), s.mode == Mode::Nearest};
     if (valid) {
       b = f / s.S;
       i = f - b * s.S;
       L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
-      value = i == 0 ? 0 : q.T;  // i >= L, or a row with no valid sample
-    }
-    const bool search = valid && i >= 1 && i < L && unsorted[b] == 0;
-    ReadsFrom<stamp_t> pred{stamp_t(0), stamp_t(0), s.mode == Mode::Nearest};
-    const stamp_t* qrow = q.query + b * q.q_bstride;
-    if (search) {
+      L = L < 0 ? 0 : L;
+      in_order = unsorted[b] == 0;
       const stamp_t* trow = s.times + b * s.t_bstride;
-      pred.before = trow[(i - 1) * s.t_stride];
       pred.at = trow[i * s.t_stride];
+      pred.before = i > 0 ? trow[(i - 1) * s.t_stride] : pred.at;
+      start = i == 0 ? 0 : q.T;
     }
+    const bool search = valid && in_order && i >= 1 && i < L;
+    const stamp_t* qrow = q.query + b * q.q_bstride;
     const unsigned searching = __ballot_sync(kFullMask, search);
     if (searching != 0) {
       const long long row0 =
@@ -409,12 +420,12 @@ __device__ __forceinline__ void locate_run_starts(const StreamArgs<value_t, stam
       if (q.T >= 64 && __all_sync(kFullMask, !search || reinterpret_cast<long long>(qrow) == row0)) {
         const int64_t r = warp_partition_point(reinterpret_cast<const stamp_t*>(row0), q.q_stride,
                                                q.T, pred, lane, pivots);
-        if (search) value = r;
+        if (search) start = r;
       } else if (search) {
-        value = partition_point(qrow, q.q_stride, q.T, pred);
+        start = partition_point(qrow, q.q_stride, q.T, pred);
       }
     }
-    if (e < entries) out[e] = value;
+    if (e < entries) out[e] = RunEntry<stamp_t>{start, in_order ? L : -1, pred.at};
   }
 }
 
@@ -432,87 +443,102 @@ __device__ __forceinline__ T masked_group_sum(T x, int G, unsigned mask) {
   return x;
 }
 
+// The times around source row i: t[i - 1] (`before`, = t[i] for i == 0),
+// t[i], t[i + 1] (`next`, = t[i] for the last valid sample); for nearest
+// and previous all three are t[i] (their weights are 0).
+template <typename stamp_t>
+struct RowTimes {
+  stamp_t before, at, next;
+};
+
 // Source row i of batch row b, for the G lanes of one group (all of them
 // call it; lane `sub` takes channel vectors sub, sub + G, ...): writes row i
 // of grad_values (gv: that row, or nullptr) from the runs [hs, lo) (row
 // i - 1's) and [lo, hi) (its own), and the query gradient of its own run
-// into gq (row b's, or nullptr).
+// into gq (row b's, or nullptr). x0p: row i of the values.
 template <int VEC, typename value_t, typename stamp_t>
 __device__ __forceinline__ void backward_source_row(
-    const StreamArgs<value_t, stamp_t>& s, const stamp_t* qrow, int64_t q_stride, int64_t b,
-    int64_t i, int64_t L, int64_t hs, int64_t lo, int64_t hi, const value_t* __restrict__ grow,
-    int64_t g_tstride, compute_t<value_t>* gv, weight_t<stamp_t>* gq, int sub, int G,
-    unsigned mask) {
+    const value_t* __restrict__ x0p, int64_t v_sstride, int64_t D, const RowTimes<stamp_t>& tm,
+    const stamp_t* qrow, int64_t q_stride, int64_t hs, int64_t lo, int64_t hi,
+    const value_t* __restrict__ grow, int64_t g_tstride, compute_t<value_t>* gv,
+    weight_t<stamp_t>* gq, int sub, int G, unsigned mask) {
   using W = weight_t<stamp_t>;
   using IO = VecIO<value_t, VEC>;
   using C = typename IO::C;
   using Frag = typename IO::Frag;
-  const int64_t nvec = s.D / VEC;
-  const stamp_t* trow = s.times + b * s.t_bstride;
-  const bool linear = s.mode == Mode::Linear;
-  // Own queries interpolate between t[i] and t[i + 1] unless i is the last
-  // valid sample (they hold it); the run of row i - 1 between t[i - 1] and t[i].
-  const stamp_t at = trow[i * s.t_stride];
-  const stamp_t before = linear && i > 0 ? trow[(i - 1) * s.t_stride] : at;
-  const stamp_t next = linear && i + 1 < L ? trow[(i + 1) * s.t_stride] : at;
-  const W dt_own = W(next - at), dt_before = W(at - before);
+  using Raw = typename IO::Raw;
+  const int64_t nvec = D / VEC;
+  const W dt_own = W(tm.next - tm.at), dt_before = W(tm.at - tm.before);
   // w and dt of a query as locate_at gives them (0 before the first sample,
   // at or past the last, and for nearest and previous).
   auto own_weight = [&](stamp_t x, W& dt) {
     dt = W(0);
-    if (dt_own == W(0) || x < at) return W(0);
+    if (dt_own == W(0) || x < tm.at) return W(0);
     dt = dt_own;
-    return W(x - at) / dt_own;
+    return W(x - tm.at) / dt_own;
   };
   auto before_weight = [&](stamp_t x) {
-    return dt_before == W(0) || x < before ? W(0) : W(x - before) / dt_before;
+    return dt_before == W(0) || x < tm.before ? W(0) : W(x - tm.before) / dt_before;
   };
-  const value_t* x0p = s.values + b * s.v_bstride + i * s.v_sstride;
   const bool slopes = gq != nullptr && dt_own != W(0);
   if (nvec <= G) {  // one vector a lane: values, slopes and the row in one pass
     const bool has = sub < nvec;
-    Frag acc, dx;  // dx = v[i + 1] - v[i]
+    Frag acc;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) acc[e] = dx[e] = C(0);
+    for (int e = 0; e < VEC; ++e) acc[e] = C(0);
+    Raw r0{}, r1{};  // v[i], v[i + 1], converted where used
     if (has && slopes) {
-      const Frag x0 = IO::load(x0p + sub * VEC);
-      const Frag x1 = IO::load(x0p + s.v_sstride + sub * VEC);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) dx[e] = x1[e] - x0[e];
+      r0 = IO::load_raw(x0p + sub * VEC);
+      r1 = IO::load_raw(x0p + v_sstride + sub * VEC);
     }
-    // One loop over both runs: each query's time and gradient row load
-    // together, whichever run it is in.
-    const stamp_t* qp = qrow + hs * q_stride;
-    const value_t* gp = grow + hs * g_tstride + sub * VEC;
-    for (int64_t t = hs; t < hi; ++t, qp += q_stride, gp += g_tstride) {
-      const stamp_t x = *qp;
+    // Adds query t (time x, gradient row raw) to the row, as its own or as
+    // row i - 1's.
+    auto add = [&](int64_t t, stamp_t x, const Raw& raw) {
       Frag g;
       if (has) {
-        g = IO::load(gp);
+        g = IO::convert(raw);
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) g[e] = C(0);
       }
-      if (t < lo) {  // row i - 1's run: w g where w != 0
+      if (t < lo) {
         const C w = C(before_weight(x));
         if (w != C(0)) {
 #pragma unroll
           for (int e = 0; e < VEC; ++e) acc[e] += w * g[e];
         }
-        continue;
+        return;
       }
       W dt;
       const C w = C(own_weight(x, dt));
-      C partial = C(0);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        acc[e] += w == C(0) ? g[e] : g[e] - w * g[e];
-        partial += g[e] * dx[e];
-      }
+      for (int e = 0; e < VEC; ++e) acc[e] += w == C(0) ? g[e] : g[e] - w * g[e];
       if (gq != nullptr) {
+        C partial = C(0);
+        if (has && slopes) {
+          const Frag x0 = IO::convert(r0), x1 = IO::convert(r1);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) partial += g[e] * (x1[e] - x0[e]);
+        }
         partial = masked_group_sum(partial, G, mask);
         if (sub == 0) gq[t] = dt != W(0) ? W(partial) / dt : W(0);
       }
+    };
+    // Both runs in one loop, two queries at a time: their times and
+    // gradient rows are loaded before either is used.
+    const stamp_t* qp = qrow + hs * q_stride;
+    const value_t* gp = grow + hs * g_tstride + sub * VEC;
+    for (int64_t t = hs; t < hi; t += 2, qp += 2 * q_stride, gp += 2 * g_tstride) {
+      const bool two = t + 1 < hi;  // uniform across the group
+      const stamp_t xa = qp[0];
+      const stamp_t xb = two ? qp[q_stride] : xa;
+      Raw ga{}, gb{};
+      if (has) {
+        ga = IO::load_raw(gp);
+        if (two) gb = IO::load_raw(gp + g_tstride);
+      }
+      add(t, xa, ga);
+      if (two) add(t + 1, xb, gb);
     }
     if (gv != nullptr && has) store_acc(gv + sub * VEC, acc);
     return;
@@ -550,7 +576,7 @@ __device__ __forceinline__ void backward_source_row(
         for (int64_t v = sub; v < nvec; v += G) {
           const Frag g = IO::load(grow + t * g_tstride + v * VEC);
           const Frag x0 = IO::load(x0p + v * VEC);
-          const Frag x1 = IO::load(x0p + s.v_sstride + v * VEC);
+          const Frag x1 = IO::load(x0p + v_sstride + v * VEC);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) partial += g[e] * (x1[e] - x0[e]);
         }
@@ -563,11 +589,12 @@ __device__ __forceinline__ void backward_source_row(
 
 // Tiles of TT threads over the flattened (B * S) source rows of stream
 // blockIdx.y, Q = TT * m - 2 rows each: the tile locates the run starts
-// A(b, i) of rows first - 1 .. first + Q into shared memory, syncs, then
-// groups of G lanes write its rows. Rows of batch rows whose queries are not
-// in order are written as zeros (the accumulators of the atomic kernel, which
-// runs next), as are rows at or past the row's length.
-constexpr int kRunEntries = 4 * kThreads;  // per block
+// A(b, i) of rows first - 1 .. first + Q into shared memory (with each row's
+// time and length), syncs, then groups of G lanes write its rows. Rows of
+// batch rows whose queries are not in order are written as zeros (the
+// accumulators of the atomic kernel, which runs next), as are rows at or past
+// the row's length.
+constexpr int kRunEntries = 2 * kThreads;  // per block: m <= 2
 
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
 __global__ void __launch_bounds__(kThreads, 4) rows_backward_kernel(
@@ -576,17 +603,17 @@ __global__ void __launch_bounds__(kThreads, 4) rows_backward_kernel(
     weight_t<stamp_t>* __restrict__ grad_query, const int* __restrict__ unsorted, int TT, int m) {
   using W = weight_t<stamp_t>;
   using C = compute_t<value_t>;
-  __shared__ int64_t starts[kRunEntries];
+  __shared__ RunEntry<stamp_t> entries[kRunEntries];
   __shared__ stamp_t pivots[kThreads];
   const int k = MAXK == 1 ? 0 : int(blockIdx.y);
   const auto& s = p.s[k];
-  const int entries = TT * m, Q = entries - 2;
+  const int Q = TT * m - 2;
   const int g = threadIdx.x / TT, tid = threadIdx.x % TT;
   const int64_t rows = B * s.S;
   const int64_t first = (int64_t(blockIdx.x) * (kThreads / TT) + g) * Q;
   if (first >= rows) return;  // uniform across the tile
   const int nq = int(rows - first < Q ? rows - first : Q);
-  int64_t* run = starts + g * entries;
+  RunEntry<stamp_t>* run = entries + g * TT * m;
   locate_run_starts(s, q, B, first, nq + 2, run, unsorted,
                     pivots + (threadIdx.x & ~(kChunk - 1)), tid, TT);
   tile_sync(g, TT);
@@ -598,6 +625,7 @@ __global__ void __launch_bounds__(kThreads, 4) rows_backward_kernel(
   C* gvk = p.grad_values[k];
   W* gqk = grad_query != nullptr ? grad_query + int64_t(k) * B * q.T : nullptr;
   const int64_t nvec = s.D / VEC;
+  const bool linear = s.mode == Mode::Linear;
   // Row (b, i) of the group's first row; then stepped by R without dividing.
   int64_t b = (first + (tid >> lg)) / s.S, i = first + (tid >> lg) - b * s.S;
   for (int j = tid >> lg; j < nq; j += R, i += R) {
@@ -606,29 +634,36 @@ __global__ void __launch_bounds__(kThreads, 4) rows_backward_kernel(
       ++b;
     }
     const int64_t f = first + j;
-    const int64_t L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
+    const RunEntry<stamp_t> me = run[j + 1];
+    const int64_t L = me.length;
     C* gv = gvk != nullptr ? gvk + f * s.D : nullptr;
     W* gq = gqk != nullptr ? gqk + b * q.T : nullptr;
-    if (unsorted[b] != 0 || i >= L) {
+    if (L < 0 || i >= L) {
       // Zeros: the atomic kernel's accumulator, or past the valid samples. A
-      // row with no valid sample (L < 1) also gets a zero query gradient.
+      // row with no valid sample (L == 0) also gets a zero query gradient.
       if (gv != nullptr) {
         cutlass::Array<C, VEC> zero;
 #pragma unroll
         for (int e = 0; e < VEC; ++e) zero[e] = C(0);
         for (int64_t v = sub; v < nvec; v += G) store_acc(gv + v * VEC, zero);
       }
-      if (gq != nullptr && unsorted[b] == 0 && L < 1 && i == 0) {
+      if (gq != nullptr && L == 0 && i == 0) {
         for (int64_t t = sub; t < q.T; t += G) gq[t] = W(0);
       }
       continue;
     }
     const auto clampT = [&](int64_t x) { return x < 0 ? int64_t(0) : (x > q.T ? q.T : x); };
     // Unsorted times (unspecified results) must still keep every run in bounds.
-    const int64_t lo = clampT(run[j + 1]);
-    const int64_t hi = i == s.S - 1 ? q.T : (clampT(run[j + 2]) < lo ? lo : clampT(run[j + 2]));
-    const int64_t hs = i == 0 ? lo : (clampT(run[j]) > lo ? lo : clampT(run[j]));
-    backward_source_row<VEC>(s, q.query + b * q.q_bstride, q.q_stride, b, i, L, hs, lo, hi,
+    const int64_t lo = clampT(me.start);
+    const int64_t hi = i == s.S - 1 ? q.T : (clampT(run[j + 2].start) < lo ? lo : clampT(run[j + 2].start));
+    const int64_t hs = i == 0 ? lo : (clampT(run[j].start) > lo ? lo : clampT(run[j].start));
+    RowTimes<stamp_t> tm{me.time, me.time, me.time};
+    if (linear) {
+      if (i > 0) tm.before = run[j].time;
+      if (i + 1 < L) tm.next = run[j + 2].time;
+    }
+    backward_source_row<VEC>(s.values + b * s.v_bstride + i * s.v_sstride, s.v_sstride, s.D, tm,
+                             q.query + b * q.q_bstride, q.q_stride, hs, lo, hi,
                              grad + b * g_bstride + p.col[k], g_tstride, gv, gq, sub, G, mask);
   }
 }
@@ -791,7 +826,7 @@ constexpr int kRowTileThreads = 64;
 inline int row_tile_multiple(int max_log2G) {
   const int groups = kRowTileThreads >> max_log2G;
   int m = (groups * 16 + 2 + kRowTileThreads - 1) / kRowTileThreads;
-  return m < 1 ? 1 : (m > 4 ? 4 : m);
+  return m < 1 ? 1 : (m > 2 ? 2 : m);
 }
 
 // grad: (B, T, cols_total) with unit stride along channels. grad_values[k] is

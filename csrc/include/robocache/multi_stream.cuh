@@ -451,14 +451,30 @@ struct RowTimes {
   stamp_t before, at, next;
 };
 
-// Source row i of batch row b, for the G lanes of one group (all of them
-// call it; lane `sub` takes channel vectors sub, sub + G, ...): writes row i
-// of grad_values (gv: that row, or nullptr) from the runs [hs, lo) (row
-// i - 1's) and [lo, hi) (its own), and the query gradient of its own run
-// into gq (row b's, or nullptr). x0p: row i of the values.
+// w and dt of a query at time x as locate_at gives them, for a query of
+// source row i's own run (`own`) or of row i - 1's: 0 before the first
+// sample, at or past the last, and for nearest and previous.
+template <typename stamp_t>
+__device__ __forceinline__ weight_t<stamp_t> run_weight(const RowTimes<stamp_t>& tm, stamp_t x,
+                                                        bool own, weight_t<stamp_t>& dt) {
+  using W = weight_t<stamp_t>;
+  const stamp_t t0 = own ? tm.at : tm.before;
+  const W d = W((own ? tm.next : tm.at) - t0);
+  dt = W(0);
+  if (d == W(0) || x < t0) return W(0);
+  dt = d;
+  return W(x - t0) / d;
+}
+
+// Rows wider than two vectors a lane: one group of G lanes (a group may run
+// apart from the other groups of its warp; its shuffles name its own lanes)
+// writes row i of grad_values (gv, or nullptr) a vector at a time from the
+// runs [hs, lo) (row i - 1's) and [lo, hi) (its own), then the query
+// gradient of its own run into gq (batch row b's, or nullptr). x0p: row i
+// of the values.
 template <int VEC, typename value_t, typename stamp_t>
-__device__ __forceinline__ void backward_source_row(
-    const value_t* __restrict__ x0p, int64_t v_sstride, int64_t D, const RowTimes<stamp_t>& tm,
+__device__ __forceinline__ void backward_wide_row(
+    const value_t* __restrict__ x0p, int64_t v_sstride, int64_t nvec, const RowTimes<stamp_t>& tm,
     const stamp_t* qrow, int64_t q_stride, int64_t hs, int64_t lo, int64_t hi,
     const value_t* __restrict__ grow, int64_t g_tstride, compute_t<value_t>* gv,
     weight_t<stamp_t>* gq, int sub, int G, unsigned mask) {
@@ -466,103 +482,19 @@ __device__ __forceinline__ void backward_source_row(
   using IO = VecIO<value_t, VEC>;
   using C = typename IO::C;
   using Frag = typename IO::Frag;
-  using Raw = typename IO::Raw;
-  const int64_t nvec = D / VEC;
-  const W dt_own = W(tm.next - tm.at), dt_before = W(tm.at - tm.before);
-  // w and dt of a query as locate_at gives them (0 before the first sample,
-  // at or past the last, and for nearest and previous).
-  auto own_weight = [&](stamp_t x, W& dt) {
-    dt = W(0);
-    if (dt_own == W(0) || x < tm.at) return W(0);
-    dt = dt_own;
-    return W(x - tm.at) / dt_own;
-  };
-  auto before_weight = [&](stamp_t x) {
-    return dt_before == W(0) || x < tm.before ? W(0) : W(x - tm.before) / dt_before;
-  };
-  const bool slopes = gq != nullptr && dt_own != W(0);
-  if (nvec <= G) {  // one vector a lane: values, slopes and the row in one pass
-    const bool has = sub < nvec;
-    Frag acc;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) acc[e] = C(0);
-    Raw r0{}, r1{};  // v[i], v[i + 1], converted where used
-    if (has && slopes) {
-      r0 = IO::load_raw(x0p + sub * VEC);
-      r1 = IO::load_raw(x0p + v_sstride + sub * VEC);
-    }
-    // Adds query t (time x, gradient row raw) to the row, as its own or as
-    // row i - 1's.
-    auto add = [&](int64_t t, stamp_t x, const Raw& raw) {
-      Frag g;
-      if (has) {
-        g = IO::convert(raw);
-      } else {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) g[e] = C(0);
-      }
-      if (t < lo) {
-        const C w = C(before_weight(x));
-        if (w != C(0)) {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) acc[e] += w * g[e];
-        }
-        return;
-      }
-      W dt;
-      const C w = C(own_weight(x, dt));
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) acc[e] += w == C(0) ? g[e] : g[e] - w * g[e];
-      if (gq != nullptr) {
-        C partial = C(0);
-        if (has && slopes) {
-          const Frag x0 = IO::convert(r0), x1 = IO::convert(r1);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) partial += g[e] * (x1[e] - x0[e]);
-        }
-        partial = masked_group_sum(partial, G, mask);
-        if (sub == 0) gq[t] = dt != W(0) ? W(partial) / dt : W(0);
-      }
-    };
-    // Both runs in one loop, two queries at a time: their times and
-    // gradient rows are loaded before either is used.
-    const stamp_t* qp = qrow + hs * q_stride;
-    const value_t* gp = grow + hs * g_tstride + sub * VEC;
-    for (int64_t t = hs; t < hi; t += 2, qp += 2 * q_stride, gp += 2 * g_tstride) {
-      const bool two = t + 1 < hi;  // uniform across the group
-      const stamp_t xa = qp[0];
-      const stamp_t xb = two ? qp[q_stride] : xa;
-      Raw ga{}, gb{};
-      if (has) {
-        ga = IO::load_raw(gp);
-        if (two) gb = IO::load_raw(gp + g_tstride);
-      }
-      add(t, xa, ga);
-      if (two) add(t + 1, xb, gb);
-    }
-    if (gv != nullptr && has) store_acc(gv + sub * VEC, acc);
-    return;
-  }
-  // Wider rows: the values' gradient a vector at a time, then the slopes.
   if (gv != nullptr) {
     for (int64_t v = sub; v < nvec; v += G) {
       Frag acc;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) acc[e] = C(0);
-      for (int64_t t = hs; t < lo; ++t) {
-        const C w = C(before_weight(qrow[t * q_stride]));
-        if (w != C(0)) {
-          const Frag g = IO::load(grow + t * g_tstride + v * VEC);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) acc[e] += w * g[e];
-        }
-      }
-      for (int64_t t = lo; t < hi; ++t) {
+      for (int64_t t = hs; t < hi; ++t) {
         W dt;
-        const C w = C(own_weight(qrow[t * q_stride], dt));
+        const bool own = t >= lo;
+        const C w = C(run_weight(tm, qrow[t * q_stride], own, dt));
+        if (!own && w == C(0)) continue;
         const Frag g = IO::load(grow + t * g_tstride + v * VEC);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) acc[e] += w == C(0) ? g[e] : g[e] - w * g[e];
+        for (int e = 0; e < VEC; ++e) acc[e] += !own ? w * g[e] : (w == C(0) ? g[e] : g[e] - w * g[e]);
       }
       store_acc(gv + v * VEC, acc);
     }
@@ -570,7 +502,7 @@ __device__ __forceinline__ void backward_source_row(
   if (gq != nullptr) {
     for (int64_t t = lo; t < hi; ++t) {
       W dt;
-      own_weight(qrow[t * q_stride], dt);
+      run_weight(tm, qrow[t * q_stride], true, dt);
       C partial = C(0);
       if (dt != W(0)) {
         for (int64_t v = sub; v < nvec; v += G) {
@@ -594,15 +526,25 @@ __device__ __forceinline__ void backward_source_row(
 // batch rows whose queries are not in order are written as zeros (the
 // accumulators of the atomic kernel, which runs next), as are rows at or past
 // the row's length.
+//
+// Rows of up to two vectors a lane (G = row_group_log2's lanes) run in lock
+// step across the warp: every lane takes part in every step, predicated, so
+// the 32 / G rows of a warp share each instruction (the loop ends when no
+// row of the warp has a query left).
 constexpr int kRunEntries = 2 * kThreads;  // per block: m <= 2
 
+// log2 of the lanes of a row in the backward's row gather: two vectors a lane.
+__host__ __device__ inline int row_group_log2(int log2G) { return log2G > 0 ? log2G - 1 : 0; }
+
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
-__global__ void __launch_bounds__(kThreads, 4) rows_backward_kernel(
+__global__ void __launch_bounds__(kThreads, 3) rows_backward_kernel(
     const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q, int64_t B,
     const value_t* __restrict__ grad, int64_t g_bstride, int64_t g_tstride,
     weight_t<stamp_t>* __restrict__ grad_query, const int* __restrict__ unsorted, int TT, int m) {
   using W = weight_t<stamp_t>;
+  using IO = VecIO<value_t, VEC>;
   using C = compute_t<value_t>;
+  using Frag = typename IO::Frag;
   __shared__ RunEntry<stamp_t> entries[kRunEntries];
   __shared__ stamp_t pivots[kThreads];
   const int k = MAXK == 1 ? 0 : int(blockIdx.y);
@@ -617,7 +559,7 @@ __global__ void __launch_bounds__(kThreads, 4) rows_backward_kernel(
   locate_run_starts(s, q, B, first, nq + 2, run, unsorted,
                     pivots + (threadIdx.x & ~(kChunk - 1)), tid, TT);
   tile_sync(g, TT);
-  const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
+  const int lg = row_group_log2(MAXK == 1 ? p.log2G[0] : p.log2G[k]);
   const int G = 1 << lg, R = TT >> lg;
   const int sub = tid & (G - 1);
   const int lane = threadIdx.x % kChunk;
@@ -625,46 +567,119 @@ __global__ void __launch_bounds__(kThreads, 4) rows_backward_kernel(
   C* gvk = p.grad_values[k];
   W* gqk = grad_query != nullptr ? grad_query + int64_t(k) * B * q.T : nullptr;
   const int64_t nvec = s.D / VEC;
+  const bool narrow = nvec <= 2 * G;  // uniform
   const bool linear = s.mode == Mode::Linear;
-  // Row (b, i) of the group's first row; then stepped by R without dividing.
-  int64_t b = (first + (tid >> lg)) / s.S, i = first + (tid >> lg) - b * s.S;
-  for (int j = tid >> lg; j < nq; j += R, i += R) {
+  // The warp's first row, and this group's offset from it.
+  const int warp_row = (tid & ~(kChunk - 1)) >> lg, in_warp = lane >> lg;
+  int64_t b = (first + warp_row + in_warp) / s.S, i = first + warp_row + in_warp - b * s.S;
+  for (int base = warp_row; base < nq; base += R, i += R) {  // uniform across the warp
     while (i >= s.S) {
       i -= s.S;
       ++b;
     }
+    const int j = base + in_warp;
     const int64_t f = first + j;
-    const RunEntry<stamp_t> me = run[j + 1];
-    const int64_t L = me.length;
-    C* gv = gvk != nullptr ? gvk + f * s.D : nullptr;
-    W* gq = gqk != nullptr ? gqk + b * q.T : nullptr;
-    if (L < 0 || i >= L) {
-      // Zeros: the atomic kernel's accumulator, or past the valid samples. A
-      // row with no valid sample (L == 0) also gets a zero query gradient.
-      if (gv != nullptr) {
-        cutlass::Array<C, VEC> zero;
+    int64_t hs = 0, lo = 0, hi = 0;
+    RowTimes<stamp_t> tm{};
+    C* gv = nullptr;
+    W* gq = nullptr;
+    bool write = false;
+    if (j < nq) {
+      const RunEntry<stamp_t> me = run[j + 1];
+      const int64_t L = me.length;
+      gv = gvk != nullptr ? gvk + f * s.D : nullptr;
+      gq = gqk != nullptr ? gqk + b * q.T : nullptr;
+      if (L < 0 || i >= L) {
+        // Zeros: the atomic kernel's accumulator, or past the valid samples.
+        // A row with no valid sample (L == 0) also gets a zero query gradient.
+        if (gv != nullptr) {
+          cutlass::Array<C, VEC> zero;
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) zero[e] = C(0);
-        for (int64_t v = sub; v < nvec; v += G) store_acc(gv + v * VEC, zero);
+          for (int e = 0; e < VEC; ++e) zero[e] = C(0);
+          for (int64_t v = sub; v < nvec; v += G) store_acc(gv + v * VEC, zero);
+        }
+        if (gq != nullptr && L == 0 && i == 0) {
+          for (int64_t t = sub; t < q.T; t += G) gq[t] = W(0);
+        }
+      } else {
+        write = true;
+        const auto clampT = [&](int64_t x) { return x < 0 ? int64_t(0) : (x > q.T ? q.T : x); };
+        // Unsorted times (unspecified results) must still keep every run in bounds.
+        lo = clampT(me.start);
+        hi = i == s.S - 1 ? q.T : clampT(run[j + 2].start);
+        hi = hi < lo ? lo : hi;
+        hs = i == 0 ? lo : clampT(run[j].start);
+        hs = hs > lo ? lo : hs;
+        tm = RowTimes<stamp_t>{me.time, me.time, me.time};
+        if (linear) {
+          if (i > 0) tm.before = run[j].time;
+          if (i + 1 < L) tm.next = run[j + 2].time;
+        }
       }
-      if (gq != nullptr && L == 0 && i == 0) {
-        for (int64_t t = sub; t < q.T; t += G) gq[t] = W(0);
+    }
+    const value_t* x0p = s.values + b * s.v_bstride + i * s.v_sstride;
+    const stamp_t* qrow = q.query + b * q.q_bstride;
+    const value_t* grow = grad + b * g_bstride + p.col[k];
+    if (!narrow) {
+      if (write) {
+        backward_wide_row<VEC>(x0p, s.v_sstride, nvec, tm, qrow, q.q_stride, hs, lo, hi, grow,
+                               g_tstride, gv, gq, sub, G, mask);
       }
       continue;
     }
-    const auto clampT = [&](int64_t x) { return x < 0 ? int64_t(0) : (x > q.T ? q.T : x); };
-    // Unsorted times (unspecified results) must still keep every run in bounds.
-    const int64_t lo = clampT(me.start);
-    const int64_t hi = i == s.S - 1 ? q.T : (clampT(run[j + 2].start) < lo ? lo : clampT(run[j + 2].start));
-    const int64_t hs = i == 0 ? lo : (clampT(run[j].start) > lo ? lo : clampT(run[j].start));
-    RowTimes<stamp_t> tm{me.time, me.time, me.time};
-    if (linear) {
-      if (i > 0) tm.before = run[j].time;
-      if (i + 1 < L) tm.next = run[j + 2].time;
+    // Narrow rows, in lock step: vectors sub and sub + G of the row.
+    const bool has0 = write && sub < nvec, has1 = write && sub + G < nvec;
+    const bool slopes = gq != nullptr && write && tm.next != tm.at;
+    Frag acc0, acc1, dx0, dx1;  // dx = v[i + 1] - v[i]
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) acc0[e] = acc1[e] = dx0[e] = dx1[e] = C(0);
+    if (slopes) {
+      if (has0) {
+        const Frag x0 = IO::load(x0p + sub * VEC), x1 = IO::load(x0p + s.v_sstride + sub * VEC);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) dx0[e] = x1[e] - x0[e];
+      }
+      if (has1) {
+        const Frag x0 = IO::load(x0p + (sub + G) * VEC);
+        const Frag x1 = IO::load(x0p + s.v_sstride + (sub + G) * VEC);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) dx1[e] = x1[e] - x0[e];
+      }
     }
-    backward_source_row<VEC>(s.values + b * s.v_bstride + i * s.v_sstride, s.v_sstride, s.D, tm,
-                             q.query + b * q.q_bstride, q.q_stride, hs, lo, hi,
-                             grad + b * g_bstride + p.col[k], g_tstride, gv, gq, sub, G, mask);
+    const stamp_t* qp = qrow + hs * q.q_stride;
+    const value_t* gp = grow + hs * g_tstride + sub * VEC;
+    for (int64_t t = hs; __any_sync(kFullMask, t < hi); ++t, qp += q.q_stride, gp += g_tstride) {
+      const bool act = t < hi;
+      const stamp_t x = act ? *qp : stamp_t(0);
+      Frag g0, g1;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) g0[e] = g1[e] = C(0);
+      if (act && has0) g0 = IO::load(gp);
+      if (act && has1) g1 = IO::load(gp + G * VEC);
+      const bool own = t >= lo;
+      W dt;
+      const C w = act ? C(run_weight(tm, x, own, dt)) : C(0);
+      // Row i - 1's run adds w g (nothing where w == 0); its own run g - w g
+      // (g where w == 0), as the atomic kernel adds them.
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        acc0[e] += own ? (w == C(0) ? g0[e] : g0[e] - w * g0[e]) : (w == C(0) ? C(0) : w * g0[e]);
+        acc1[e] += own ? (w == C(0) ? g1[e] : g1[e] - w * g1[e]) : (w == C(0) ? C(0) : w * g1[e]);
+      }
+      if (gq != nullptr) {  // uniform
+        C partial = C(0);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) partial += g0[e] * dx0[e] + g1[e] * dx1[e];
+        for (int offset = G >> 1; offset > 0; offset >>= 1) {
+          partial += __shfl_xor_sync(kFullMask, partial, offset);
+        }
+        if (act && own && sub == 0) gq[t] = dt != W(0) ? W(partial) / dt : W(0);
+      }
+    }
+    if (gv != nullptr) {
+      if (has0) store_acc(gv + sub * VEC, acc0);
+      if (has1) store_acc(gv + (sub + G) * VEC, acc1);
+    }
   }
 }
 
@@ -824,7 +839,7 @@ void launch_multi_stream_forward(const MultiStreamInputs& in, const std::vector<
 constexpr int kRowTileThreads = 64;
 
 inline int row_tile_multiple(int max_log2G) {
-  const int groups = kRowTileThreads >> max_log2G;
+  const int groups = kRowTileThreads >> row_group_log2(max_log2G);
   int m = (groups * 16 + 2 + kRowTileThreads - 1) / kRowTileThreads;
   return m < 1 ? 1 : (m > 2 ? 2 : m);
 }

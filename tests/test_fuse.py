@@ -146,10 +146,9 @@ def test_gradcheck(device):
     [(5 + 7 * k, 1 + (k % 5)) for k in range(40)],
 ], ids=["vision_proprio_force", "forty"])
 def test_gradients_queries_in_and_out_of_order(device, specs):
-    """The backward of several streams (every stream's source rows written
-    once where a batch row's queries are in order, atomics elsewhere; more
-    streams than one launch holds in "forty") against the float64 reference:
-    rows in order, shuffled, and with a NaN."""
+    """The backward of several streams (more streams than one CUDA launch
+    holds in "forty") against the float64 reference: rows of queries in
+    order, shuffled, and with a NaN."""
     B, T = 4, 150
     streams = make_streams(B, specs, device, with_lengths=True)
     query = torch.sort(query_times(B, T, torch.float64, device), dim=1).values

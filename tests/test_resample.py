@@ -291,9 +291,7 @@ def test_half_precision_gradients(device):
 
 
 def mixed_order_queries(B, T, times, dtype, device):
-    """Rows of queries in several orders, for the CUDA backward's two paths
-    (rows whose queries are non-decreasing are written once by a gather; the
-    others accumulate with atomics): sorted rows with runs of repeated queries,
+    """Rows of queries in several orders in one batch: sorted rows with runs of repeated queries,
     queries exactly on sample times and past both ends; a shuffled row; a
     descending row; a sorted row with one NaN; a sorted row of one repeated
     time."""
@@ -340,7 +338,7 @@ def check_gradients(values, times, query, lengths, mode, tol):
                                    (5, 64, 1)])
 @pytest.mark.parametrize("time_dtype", TIME_DTYPES)
 def test_gradients_queries_in_and_out_of_order(device, mode, S, T, D, time_dtype):
-    """Both CUDA backward paths against the float64 reference: upsampling
+    """Gradients against the float64 reference: upsampling
     (T >> S), downsampling (T << S), rows that fit one vector a lane, wide rows
     (D = 200 float32: several vectors a lane), and rows of every query order
     (mixed_order_queries) in one batch, with and without lengths."""
@@ -365,8 +363,8 @@ def test_gradients_queries_in_and_out_of_order(device, mode, S, T, D, time_dtype
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("shared_times", [False, True])
 def test_gradients_shared_sorted_query(device, mode, shared_times):
-    """A (T,) query shared by the batch, in order: every batch row takes the
-    CUDA row gather, and the query gradient sums over the batch."""
+    """A (T,) query shared by the batch, in order: the query gradient sums
+    over the batch."""
     B, S, T, D = 5, 120, 333, 4
     values = torch.randn(B, S, D, device=device, dtype=torch.float64)
     times = sorted_times(B, S, torch.float64, device, shared=shared_times)
@@ -395,20 +393,6 @@ def test_gradcheck_sorted_queries(device, mode):
     lengths = torch.tensor([S, 40], device=device)
     fn = lambda v, q: robocache.resample(v, times, q, lengths, mode)  # noqa: E731
     assert torch.autograd.gradcheck(fn, (values, query), eps=1e-6, atol=1e-5)
-
-
-@requires_cuda
-def test_cuda_gradient_of_sorted_rows_is_reproducible():
-    """Rows whose queries are in order are written once, without atomics:
-    the same bits on every run (the shuffled row may differ in its last bits)."""
-    B, S, T, D = 4, 2000, 2500, 16
-    values = torch.randn(B, S, D, device="cuda", requires_grad=True)
-    times = sorted_times(B, S, torch.float32, "cuda")
-    query = torch.sort(query_times(B, T, torch.float32, "cuda"), dim=1).values
-    grad = torch.randn(B, T, D, device="cuda")
-    runs = [torch.autograd.grad(robocache.resample(values, times, query), values, grad)[0]
-            for _ in range(3)]
-    assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
 
 
 def test_times_get_no_gradient(device):

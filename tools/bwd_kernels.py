@@ -1,6 +1,6 @@
 """Per-kernel GPU times (torch.profiler, median of 20 calls) of the resample
 backward benchmark case, (256, 2048, 2048, 64) float32, with its queries in
-order (the benchmark's case) and shuffled (every row takes the atomic kernel).
+order (the benchmark's case) and shuffled.
     python tools/bwd_kernels.py"""
 import collections
 import statistics

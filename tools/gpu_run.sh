@@ -11,7 +11,7 @@
 #   rtests     tests/test_resample.py and tests/test_fuse.py
 #   vkernels   per-kernel times of the voxelize cases (tools/voxel_kernels.py)
 #   bkernels   per-kernel times of the resample backward case (tools/bwd_kernels.py)
-#   bncu       Nsight Compute on the backward's row-gather kernel (queries in order)
+#   bncu       Nsight Compute on the resample backward kernel (queries in order)
 #   vncu       Nsight Compute on the voxelize cases (tools/ncu_cases.py voxelize)
 #   wprobe     bare dense-write patterns against fill_ and copy_ (tools/write_probe.py)
 #   ptxas      the compiler's resource report for every kernel ($OUT/ptxas.txt)
@@ -61,7 +61,7 @@ for stage in "$@"; do
     fast:*) python3 -m robocache.bench --robocache-only --only "${stage#fast:}" 2>&1 | tee -a "$OUT/fast.log" ;;
     vkernels) python3 tools/voxel_kernels.py 2>&1 | tee "$OUT/vkernels.log" ;;
     bkernels) python3 tools/bwd_kernels.py 2>&1 | tee "$OUT/bkernels.log" ;;
-    bncu) ncu --clock-control none -k regex:rows_backward_kernel -c 1 --section SpeedOfLight \
+    bncu) ncu --clock-control none -k regex:multi_stream_backward_kernel -c 1 --section SpeedOfLight \
             --section Occupancy --section WarpStateStats --section SchedulerStats \
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \
             --section InstructionStats python3 tools/bwd_kernels.py > "$OUT/bncu.log" 2>&1 || rc=1

@@ -49,24 +49,16 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> multi_stream_backward_cuda(
   // Rows are read in place; only a non-unit channel stride forces a copy.
   at::Tensor grad = grad_out.to(v0.scalar_type());
   if (grad.size(2) > 1 && grad.stride(2) != 1) grad = grad.contiguous();
-  const bool launch = B * T > 0 && total > 0;
-  // The kernels write every row of the accumulators and every entry of the
-  // per-stream query gradients, so they start uninitialized.
   std::vector<at::Tensor> acc;
   for (int64_t k = 0; k < K; ++k) {
-    const auto options = v0.options().dtype(acc_dtype);
-    acc.push_back(!values_grad[k] ? at::Tensor()
-                  : launch        ? at::empty(in.values[k].sizes(), options)
-                                  : at::zeros(in.values[k].sizes(), options));
+    acc.push_back(values_grad[k] ? at::zeros(in.values[k].sizes(), v0.options().dtype(acc_dtype))
+                                 : at::Tensor());
   }
-  const auto w_options = in.query.options().dtype(w_dtype);
-  at::Tensor gq_parts = !query_grad ? at::Tensor()
-                        : launch    ? at::empty({K, B, T}, w_options)
-                                    : at::zeros({K, B, T}, w_options);
-  if (launch) {
-    // 1 where a batch row's queries are out of order (or NaN): that row takes
-    // the atomic kernel.
-    at::Tensor unsorted = at::zeros({B}, in.query.options().dtype(at::kInt));
+  const int64_t launches = (K + kMaxStreams - 1) / kMaxStreams;
+  at::Tensor gq_parts = query_grad
+                            ? at::empty({launches, B, T}, in.query.options().dtype(w_dtype))
+                            : at::Tensor();
+  if (B * T > 0 && total > 0) {
     ROBOCACHE_DISPATCH_VALUE_TYPES(v0.scalar_type(), "robocache_backward_cuda", [&] {
       using value_t = scalar_t;
       ROBOCACHE_DISPATCH_TIME_TYPES(in.query.scalar_type(), "robocache_backward_cuda", [&] {
@@ -74,10 +66,11 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> multi_stream_backward_cuda(
         std::vector<compute_t<value_t>*> gv;
         for (const auto& a : acc) gv.push_back(a.defined() ? a.data_ptr<compute_t<value_t>>() : nullptr);
         launch_multi_stream_backward<value_t, stamp_t>(
-            in, cols, grad, gv, query_grad ? gq_parts.data_ptr<weight_t<stamp_t>>() : nullptr,
-            unsorted.data_ptr<int>(), op);
+            in, cols, grad, gv, query_grad ? gq_parts.data_ptr<weight_t<stamp_t>>() : nullptr, op);
       });
     });
+  } else if (query_grad) {
+    gq_parts.zero_();
   }
   std::vector<at::Tensor> grad_values;
   for (const auto& a : acc) {
@@ -85,7 +78,7 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> multi_stream_backward_cuda(
   }
   at::Tensor gq = at::empty({0}, in.query.options());
   if (query_grad) {
-    gq = K == 1 ? gq_parts[0] : gq_parts.sum(0);
+    gq = launches == 1 ? gq_parts[0] : gq_parts.sum(0);
     if (in.query.dim() == 1) gq = gq.sum(0);
     gq = gq.to(in.query.scalar_type());
   }

@@ -57,57 +57,31 @@ __device__ __forceinline__ Location<W> shuffle_location(const Location<W>& loc, 
   return out;
 }
 
-// The first index in [0, n) of row (element stride `stride`) whose value
-// satisfies pred, or n: pred must be false, then true, along the row.
-template <typename stamp_t, typename Pred>
-__device__ __forceinline__ int64_t partition_point(const stamp_t* row, int64_t stride, int64_t n,
-                                                   const Pred& pred) {
-  int64_t lo = 0, hi = n;
-  while (lo < hi) {
-    const int64_t mid = lo + ((hi - lo) >> 1);
-    if (pred(row[mid * stride])) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  return lo;
-}
-
-// partition_point(row, stride, n, pred) for every lane of a warp whose lanes
-// all search the same row (each with its own pred): the warp loads 31 evenly
-// spaced pivots at once (one round trip), each lane finds its bracket among
-// them in shared memory, and bisects only that 1/32 of the row, saving five
-// dependent round trips. `pivots` is this warp's 32 entries of shared memory.
-template <typename stamp_t, typename Pred>
-__device__ __forceinline__ int64_t warp_partition_point(const stamp_t* row, int64_t stride,
-                                                        int64_t n, const Pred& pred, int lane,
-                                                        stamp_t* pivots) {
-  // Pivot j (j < 31) is element ((j + 1) * n) / 32.
-  if (lane < 31) pivots[lane] = row[(((lane + 1) * n) >> 5) * stride];
+// upper_bound(times, stride, L, q) for every lane of a warp whose lanes all
+// search the same row: the warp loads 31 evenly spaced pivots at once (one
+// round trip), each lane finds its bracket among them in shared memory, and
+// bisects only that 1/32 of the row, saving five dependent round trips.
+// `pivots` is this warp's 32 entries of shared memory.
+template <typename stamp_t>
+__device__ __forceinline__ int64_t warp_upper_bound(const stamp_t* times, int64_t stride, int64_t L,
+                                                    stamp_t q, int lane, stamp_t* pivots) {
+  // Pivot j (j < 31) is sample ((j + 1) * L) / 32.
+  if (lane < 31) pivots[lane] = times[(((lane + 1) * L) >> 5) * stride];
   __syncwarp();
-  int lo = 0, hi = 31;  // c = the number of pivots before the partition point
+  int lo = 0, hi = 31;  // c = the number of pivots <= q
   while (lo < hi) {
     const int mid = (lo + hi) >> 1;
-    if (pred(pivots[mid])) {
-      hi = mid;
-    } else {
+    if (pivots[mid] <= q) {
       lo = mid + 1;
+    } else {
+      hi = mid;
     }
   }
   __syncwarp();  // the pivots are read before the next call overwrites them
   const int c = lo;
-  const int64_t first = c == 0 ? 0 : ((int64_t(c) * n) >> 5) + 1;  // past pivot c - 1
-  const int64_t last = c == 31 ? n : (int64_t(c + 1) * n) >> 5;     // at pivot c
-  return first + partition_point(row + first * stride, stride, last - first, pred);
-}
-
-// upper_bound(times, stride, L, q) (the number of samples <= q; NaN q gives
-// 0) for a warp whose lanes all search the same row.
-template <typename stamp_t>
-__device__ __forceinline__ int64_t warp_upper_bound(const stamp_t* times, int64_t stride, int64_t L,
-                                                    stamp_t q, int lane, stamp_t* pivots) {
-  return warp_partition_point(times, stride, L, [q](stamp_t t) { return !(t <= q); }, lane, pivots);
+  const int64_t first = c == 0 ? 0 : ((int64_t(c) * L) >> 5) + 1;  // past pivot c - 1
+  const int64_t last = c == 31 ? L : (int64_t(c + 1) * L) >> 5;     // at pivot c
+  return first + upper_bound(times + first * stride, stride, last - first, q);
 }
 
 // Location of this lane's query (batch row b, time qv) in stream s, for a
@@ -278,37 +252,31 @@ __global__ void __launch_bounds__(kThreads, 4)
   gather_tile<VEC>(p, tile, Q, nq, out + first * out_cols, out_cols, tid, TT);
 }
 
-// The backward of batch rows whose queries are not in order (see
-// rows_backward_kernel for the others, which exit here at once): atomics into
-// grad_values, which rows_backward_kernel zeroed for these rows. The query
-// gradient of stream k goes to grad_query + k * n (n = B * T).
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
 __global__ void __launch_bounds__(kThreads) multi_stream_backward_kernel(
     const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
     const value_t* __restrict__ grad, int64_t g_bstride, int64_t g_tstride,
-    weight_t<stamp_t>* __restrict__ grad_query, int64_t num_chunks, int64_t chunks_per_row,
-    const int* __restrict__ unsorted) {
+    weight_t<stamp_t>* __restrict__ grad_query, int64_t num_chunks, int64_t chunks_per_row) {
   using W = weight_t<stamp_t>;
   using C = compute_t<value_t>;
   const int64_t chunk = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / kChunk;
   if (chunk >= num_chunks) return;  // uniform across the warp
-  const int64_t b = chunk / chunks_per_row;
-  if (unsorted[b] == 0) return;  // uniform: rows_backward_kernel did this row
   const int lane = threadIdx.x % kChunk;
+  const int64_t b = chunk / chunks_per_row;
   const int64_t t0 = (chunk - b * chunks_per_row) * kChunk;
   const int nq = int(q.T - t0 < kChunk ? q.T - t0 : kChunk);
   const bool mine = lane < nq;
   const stamp_t qv = mine ? q.query[b * q.q_bstride + (t0 + lane) * q.q_stride] : stamp_t(0);
   const value_t* grows = grad + b * g_bstride + t0 * g_tstride;
   __shared__ stamp_t pivots[kThreads];
-  const bool query_grad = grad_query != nullptr;
+  W slope = W(0);  // d loss / d (this lane's query)
   for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
     const auto& s = p.s[k];
     const auto loc = warp_locate(s, b, qv, mine, lane, pivots + (threadIdx.x & ~(kChunk - 1)));
     const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
     const int G = 1 << lg, per_iter = kChunk >> lg;
     const int group = lane >> lg, sub = lane & (G - 1);
-    W slope = W(0);  // d loss / d (this lane's query), through stream k
+    const bool query_grad = grad_query != nullptr;
     for (int j = 0; j < nq; j += per_iter) {
       const int src = j + group;
       const auto l = shuffle_location(loc, src);
@@ -324,363 +292,8 @@ __global__ void __launch_bounds__(kThreads) multi_stream_backward_kernel(
         if (lane >= j && lane < j + per_iter && loc.dt != W(0)) slope += W(total) / loc.dt;
       }
     }
-    if (query_grad && mine) {
-      grad_query[int64_t(k) * (num_chunks / chunks_per_row) * q.T + b * q.T + t0 + lane] = slope;
-    }
   }
-}
-
-// ---------------------------------------------------------------------------
-// Backward of rows whose queries are in order: a gather, no atomics
-// ---------------------------------------------------------------------------
-//
-// When a batch row's queries are non-decreasing (and none is NaN), the row
-// i0 that each query reads first is non-decreasing along them too, so the
-// queries with i0 == i form one run [A(i), A(i + 1)), where A(i) is the first
-// query whose i0 >= i. Source row i of grad_values is then
-//   the sum over its own run of  g_t - w_t g_t  (g_t where w_t == 0), plus
-//   the sum over the run of row i - 1 of  w_t g_t  (where w_t != 0),
-// (exactly what the atomic kernel adds there, in query order), so every row
-// is written once, by one group of lanes: no atomics and no zero-fill. The
-// same group forms the query gradient of its own run, g_t . (v[i+1] - v[i])
-// / dt_t, reading v[i] and v[i + 1] once for the run.
-
-// rows_sorted: unsorted[b] = 1 where batch row b's queries are not
-// non-decreasing or hold a NaN (unsorted is zeroed before).
-template <typename stamp_t>
-__global__ void __launch_bounds__(kThreads) unsorted_rows_kernel(const QueryArgs<stamp_t> q,
-                                                                 int64_t n, int* __restrict__ unsorted) {
-  const int64_t m = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (m >= n) return;
-  const int64_t b = m / q.T, t = m - b * q.T;
-  const stamp_t* row = q.query + b * q.q_bstride;
-  const stamp_t cur = row[t * q.q_stride];
-  const bool ok = t == 0 ? !is_nan(cur) : row[(t - 1) * q.q_stride] <= cur;  // false for NaN
-  if (!ok) unsorted[b] = 1;
-}
-
-// pred(q) == (i0 of query q >= i), for a source row i with 1 <= i < L:
-// q >= t[i] for linear and previous; nearest also takes the queries of
-// [t[i - 1], t[i]) nearer to t[i] (a tie goes to the later sample), compared
-// exactly as locate_at compares them.
-template <typename stamp_t>
-struct ReadsFrom {
-  stamp_t before, at;  // t[i - 1], t[i]
-  bool nearest;
-  __device__ __forceinline__ bool operator()(stamp_t x) const {
-    if (x >= at) return true;
-    return nearest && x >= before && (at - x) <= (x - before);
-  }
-};
-
-// What rows_backward_kernel keeps of one source row in shared memory.
-template <typename stamp_t>
-struct RunEntry {
-  int64_t start;   // A(b, i)
-  int64_t length;  // the batch row's valid samples (0: none), or -1: its queries are out of order
-  stamp_t time;    // t[i]
-};
-
-// Entry e of a tile: source row f = first - 1 + e of stream s (b = f / S,
-// i = f % S); its start is A(b, i) where row i has a run to find, else 0
-// (i == 0, or no valid sample) or T (i at or past the row's length).
-template <typename value_t, typename stamp_t>
-__device__ __forceinline__ void locate_run_starts(const StreamArgs<value_t, stamp_t>& s,
-                                                  const QueryArgs<stamp_t>& q, int64_t B,
-                                                  int64_t first, int entries,
-                                                  RunEntry<stamp_t>* out,
-                                                  const int* __restrict__ unsorted,
-                                                  stamp_t* pivots, int tid, int TT) {
-  const int lane = threadIdx.x % kChunk;
-  const int64_t rows = B * s.S;
-  for (int e0 = tid & ~(kChunk - 1); e0 < entries; e0 += TT) {  // uniform across the warp
-    const int e = e0 + lane;
-    const int64_t f = first - 1 + e;
-    const bool valid = e < entries && f >= 0 && f < rows;
-    int64_t b = 0, i = 0, L = 0, start = 0;
-    bool in_order = false;
-    ReadsFrom<stamp_t> pred{stamp_t(0), stamp_t(0), s.mode == Mode::Nearest};
-    if (valid) {
-      b = f / s.S;
-      i = f - b * s.S;
-      L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
-      L = L < 0 ? 0 : L;
-      in_order = unsorted[b] == 0;
-      const stamp_t* trow = s.times + b * s.t_bstride;
-      pred.at = trow[i * s.t_stride];
-      pred.before = i > 0 ? trow[(i - 1) * s.t_stride] : pred.at;
-      start = i == 0 ? 0 : q.T;
-    }
-    const bool search = valid && in_order && i >= 1 && i < L;
-    const stamp_t* qrow = q.query + b * q.q_bstride;
-    const unsigned searching = __ballot_sync(kFullMask, search);
-    if (searching != 0) {
-      const long long row0 =
-          __shfl_sync(kFullMask, reinterpret_cast<long long>(qrow), __ffs(searching) - 1);
-      if (q.T >= 64 && __all_sync(kFullMask, !search || reinterpret_cast<long long>(qrow) == row0)) {
-        const int64_t r = warp_partition_point(reinterpret_cast<const stamp_t*>(row0), q.q_stride,
-                                               q.T, pred, lane, pivots);
-        if (search) start = r;
-      } else if (search) {
-        start = partition_point(qrow, q.q_stride, q.T, pred);
-      }
-    }
-    if (e < entries) out[e] = RunEntry<stamp_t>{start, in_order ? L : -1, pred.at};
-  }
-}
-
-// Stores a fragment of the accumulator type (16-byte stores where it fills them).
-template <typename C, int N>
-__device__ __forceinline__ void store_acc(C* p, const cutlass::Array<C, N>& x) {
-  cutlass::AlignedArray<C, N> a;
-  static_cast<cutlass::Array<C, N>&>(a) = x;
-  *reinterpret_cast<cutlass::AlignedArray<C, N>*>(p) = a;
-}
-
-template <typename T>
-__device__ __forceinline__ T masked_group_sum(T x, int G, unsigned mask) {
-  for (int offset = G >> 1; offset > 0; offset >>= 1) x += __shfl_xor_sync(mask, x, offset);
-  return x;
-}
-
-// The times around source row i: t[i - 1] (`before`, = t[i] for i == 0),
-// t[i], t[i + 1] (`next`, = t[i] for the last valid sample); for nearest
-// and previous all three are t[i] (their weights are 0).
-template <typename stamp_t>
-struct RowTimes {
-  stamp_t before, at, next;
-};
-
-// w and dt of a query at time x as locate_at gives them, for a query of
-// source row i's own run (`own`) or of row i - 1's: 0 before the first
-// sample, at or past the last, and for nearest and previous.
-template <typename stamp_t>
-__device__ __forceinline__ weight_t<stamp_t> run_weight(const RowTimes<stamp_t>& tm, stamp_t x,
-                                                        bool own, weight_t<stamp_t>& dt) {
-  using W = weight_t<stamp_t>;
-  const stamp_t t0 = own ? tm.at : tm.before;
-  const W d = W((own ? tm.next : tm.at) - t0);
-  dt = W(0);
-  if (d == W(0) || x < t0) return W(0);
-  dt = d;
-  return W(x - t0) / d;
-}
-
-// Rows wider than two vectors a lane: one group of G lanes (a group may run
-// apart from the other groups of its warp; its shuffles name its own lanes)
-// writes row i of grad_values (gv, or nullptr) a vector at a time from the
-// runs [hs, lo) (row i - 1's) and [lo, hi) (its own), then the query
-// gradient of its own run into gq (batch row b's, or nullptr). x0p: row i
-// of the values.
-template <int VEC, typename value_t, typename stamp_t>
-__device__ __forceinline__ void backward_wide_row(
-    const value_t* __restrict__ x0p, int64_t v_sstride, int64_t nvec, const RowTimes<stamp_t>& tm,
-    const stamp_t* qrow, int64_t q_stride, int64_t hs, int64_t lo, int64_t hi,
-    const value_t* __restrict__ grow, int64_t g_tstride, compute_t<value_t>* gv,
-    weight_t<stamp_t>* gq, int sub, int G, unsigned mask) {
-  using W = weight_t<stamp_t>;
-  using IO = VecIO<value_t, VEC>;
-  using C = typename IO::C;
-  using Frag = typename IO::Frag;
-  if (gv != nullptr) {
-    for (int64_t v = sub; v < nvec; v += G) {
-      Frag acc;
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) acc[e] = C(0);
-      for (int64_t t = hs; t < hi; ++t) {
-        W dt;
-        const bool own = t >= lo;
-        const C w = C(run_weight(tm, qrow[t * q_stride], own, dt));
-        if (!own && w == C(0)) continue;
-        const Frag g = IO::load(grow + t * g_tstride + v * VEC);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) acc[e] += !own ? w * g[e] : (w == C(0) ? g[e] : g[e] - w * g[e]);
-      }
-      store_acc(gv + v * VEC, acc);
-    }
-  }
-  if (gq != nullptr) {
-    for (int64_t t = lo; t < hi; ++t) {
-      W dt;
-      run_weight(tm, qrow[t * q_stride], true, dt);
-      C partial = C(0);
-      if (dt != W(0)) {
-        for (int64_t v = sub; v < nvec; v += G) {
-          const Frag g = IO::load(grow + t * g_tstride + v * VEC);
-          const Frag x0 = IO::load(x0p + v * VEC);
-          const Frag x1 = IO::load(x0p + v_sstride + v * VEC);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) partial += g[e] * (x1[e] - x0[e]);
-        }
-      }
-      partial = masked_group_sum(partial, G, mask);
-      if (sub == 0) gq[t] = dt != W(0) ? W(partial) / dt : W(0);
-    }
-  }
-}
-
-// Tiles of TT threads over the flattened (B * S) source rows of stream
-// blockIdx.y, Q = TT * m - 2 rows each: the tile locates the run starts
-// A(b, i) of rows first - 1 .. first + Q into shared memory (with each row's
-// time and length), syncs, then groups of G lanes write its rows. Rows of
-// batch rows whose queries are not in order are written as zeros (the
-// accumulators of the atomic kernel, which runs next), as are rows at or past
-// the row's length.
-//
-// Rows of up to two vectors a lane (G = row_group_log2's lanes) run in lock
-// step across the warp: every lane takes part in every step, predicated, so
-// the 32 / G rows of a warp share each instruction (the loop ends when no
-// row of the warp has a query left).
-constexpr int kRunEntries = 2 * kThreads;  // per block: m <= 2
-
-// log2 of the lanes of a row in the backward's row gather: two vectors a lane.
-__host__ __device__ inline int row_group_log2(int log2G) { return log2G > 0 ? log2G - 1 : 0; }
-
-template <int VEC, int MAXK, typename value_t, typename stamp_t>
-__global__ void __launch_bounds__(kThreads, 3) rows_backward_kernel(
-    const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q, int64_t B,
-    const value_t* __restrict__ grad, int64_t g_bstride, int64_t g_tstride,
-    weight_t<stamp_t>* __restrict__ grad_query, const int* __restrict__ unsorted, int TT, int m) {
-  using W = weight_t<stamp_t>;
-  using IO = VecIO<value_t, VEC>;
-  using C = compute_t<value_t>;
-  using Frag = typename IO::Frag;
-  __shared__ RunEntry<stamp_t> entries[kRunEntries];
-  __shared__ stamp_t pivots[kThreads];
-  const int k = MAXK == 1 ? 0 : int(blockIdx.y);
-  const auto& s = p.s[k];
-  const int Q = TT * m - 2;
-  const int g = threadIdx.x / TT, tid = threadIdx.x % TT;
-  const int64_t rows = B * s.S;
-  const int64_t first = (int64_t(blockIdx.x) * (kThreads / TT) + g) * Q;
-  if (first >= rows) return;  // uniform across the tile
-  const int nq = int(rows - first < Q ? rows - first : Q);
-  RunEntry<stamp_t>* run = entries + g * TT * m;
-  locate_run_starts(s, q, B, first, nq + 2, run, unsorted,
-                    pivots + (threadIdx.x & ~(kChunk - 1)), tid, TT);
-  tile_sync(g, TT);
-  const int lg = row_group_log2(MAXK == 1 ? p.log2G[0] : p.log2G[k]);
-  const int G = 1 << lg, R = TT >> lg;
-  const int sub = tid & (G - 1);
-  const int lane = threadIdx.x % kChunk;
-  const unsigned mask = G == kChunk ? kFullMask : ((1u << G) - 1) << (lane & ~(G - 1));
-  C* gvk = p.grad_values[k];
-  W* gqk = grad_query != nullptr ? grad_query + int64_t(k) * B * q.T : nullptr;
-  const int64_t nvec = s.D / VEC;
-  const bool narrow = nvec <= 2 * G;  // uniform
-  const bool linear = s.mode == Mode::Linear;
-  // The warp's first row, and this group's offset from it.
-  const int warp_row = (tid & ~(kChunk - 1)) >> lg, in_warp = lane >> lg;
-  int64_t b = (first + warp_row + in_warp) / s.S, i = first + warp_row + in_warp - b * s.S;
-  for (int base = warp_row; base < nq; base += R, i += R) {  // uniform across the warp
-    while (i >= s.S) {
-      i -= s.S;
-      ++b;
-    }
-    const int j = base + in_warp;
-    const int64_t f = first + j;
-    int64_t hs = 0, lo = 0, hi = 0;
-    RowTimes<stamp_t> tm{};
-    C* gv = nullptr;
-    W* gq = nullptr;
-    bool write = false;
-    if (j < nq) {
-      const RunEntry<stamp_t> me = run[j + 1];
-      const int64_t L = me.length;
-      gv = gvk != nullptr ? gvk + f * s.D : nullptr;
-      gq = gqk != nullptr ? gqk + b * q.T : nullptr;
-      if (L < 0 || i >= L) {
-        // Zeros: the atomic kernel's accumulator, or past the valid samples.
-        // A row with no valid sample (L == 0) also gets a zero query gradient.
-        if (gv != nullptr) {
-          cutlass::Array<C, VEC> zero;
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) zero[e] = C(0);
-          for (int64_t v = sub; v < nvec; v += G) store_acc(gv + v * VEC, zero);
-        }
-        if (gq != nullptr && L == 0 && i == 0) {
-          for (int64_t t = sub; t < q.T; t += G) gq[t] = W(0);
-        }
-      } else {
-        write = true;
-        const auto clampT = [&](int64_t x) { return x < 0 ? int64_t(0) : (x > q.T ? q.T : x); };
-        // Unsorted times (unspecified results) must still keep every run in bounds.
-        lo = clampT(me.start);
-        hi = i == s.S - 1 ? q.T : clampT(run[j + 2].start);
-        hi = hi < lo ? lo : hi;
-        hs = i == 0 ? lo : clampT(run[j].start);
-        hs = hs > lo ? lo : hs;
-        tm = RowTimes<stamp_t>{me.time, me.time, me.time};
-        if (linear) {
-          if (i > 0) tm.before = run[j].time;
-          if (i + 1 < L) tm.next = run[j + 2].time;
-        }
-      }
-    }
-    const value_t* x0p = s.values + b * s.v_bstride + i * s.v_sstride;
-    const stamp_t* qrow = q.query + b * q.q_bstride;
-    const value_t* grow = grad + b * g_bstride + p.col[k];
-    if (!narrow) {
-      if (write) {
-        backward_wide_row<VEC>(x0p, s.v_sstride, nvec, tm, qrow, q.q_stride, hs, lo, hi, grow,
-                               g_tstride, gv, gq, sub, G, mask);
-      }
-      continue;
-    }
-    // Narrow rows, in lock step: vectors sub and sub + G of the row.
-    const bool has0 = write && sub < nvec, has1 = write && sub + G < nvec;
-    const bool slopes = gq != nullptr && write && tm.next != tm.at;
-    Frag acc0, acc1, dx0, dx1;  // dx = v[i + 1] - v[i]
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) acc0[e] = acc1[e] = dx0[e] = dx1[e] = C(0);
-    if (slopes) {
-      if (has0) {
-        const Frag x0 = IO::load(x0p + sub * VEC), x1 = IO::load(x0p + s.v_sstride + sub * VEC);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) dx0[e] = x1[e] - x0[e];
-      }
-      if (has1) {
-        const Frag x0 = IO::load(x0p + (sub + G) * VEC);
-        const Frag x1 = IO::load(x0p + s.v_sstride + (sub + G) * VEC);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) dx1[e] = x1[e] - x0[e];
-      }
-    }
-    const stamp_t* qp = qrow + hs * q.q_stride;
-    const value_t* gp = grow + hs * g_tstride + sub * VEC;
-    for (int64_t t = hs; __any_sync(kFullMask, t < hi); ++t, qp += q.q_stride, gp += g_tstride) {
-      const bool act = t < hi;
-      const stamp_t x = act ? *qp : stamp_t(0);
-      Frag g0, g1;
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) g0[e] = g1[e] = C(0);
-      if (act && has0) g0 = IO::load(gp);
-      if (act && has1) g1 = IO::load(gp + G * VEC);
-      const bool own = t >= lo;
-      W dt;
-      const C w = act ? C(run_weight(tm, x, own, dt)) : C(0);
-      // Row i - 1's run adds w g (nothing where w == 0); its own run g - w g
-      // (g where w == 0), as the atomic kernel adds them.
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        acc0[e] += own ? (w == C(0) ? g0[e] : g0[e] - w * g0[e]) : (w == C(0) ? C(0) : w * g0[e]);
-        acc1[e] += own ? (w == C(0) ? g1[e] : g1[e] - w * g1[e]) : (w == C(0) ? C(0) : w * g1[e]);
-      }
-      if (gq != nullptr) {  // uniform
-        C partial = C(0);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) partial += g0[e] * dx0[e] + g1[e] * dx1[e];
-        for (int offset = G >> 1; offset > 0; offset >>= 1) {
-          partial += __shfl_xor_sync(kFullMask, partial, offset);
-        }
-        if (act && own && sub == 0) gq[t] = dt != W(0) ? W(partial) / dt : W(0);
-      }
-    }
-    if (gv != nullptr) {
-      if (has0) store_acc(gv + sub * VEC, acc0);
-      if (has1) store_acc(gv + (sub + G) * VEC, acc1);
-    }
-  }
+  if (grad_query != nullptr && mine) grad_query[b * q.T + t0 + lane] = slope;
 }
 
 // ---------------------------------------------------------------------------
@@ -833,65 +446,28 @@ void launch_multi_stream_forward(const MultiStreamInputs& in, const std::vector<
   });
 }
 
-// Tiles of the backward's row-gather kernel: kRowTileThreads threads each,
-// kRowTileThreads * m - 2 source rows. m grows with the rows a group of
-// lanes shares (narrow rows), so that each group writes about 16 rows a tile.
-constexpr int kRowTileThreads = 64;
-
-inline int row_tile_multiple(int max_log2G) {
-  const int groups = kRowTileThreads >> row_group_log2(max_log2G);
-  int m = (groups * 16 + 2 + kRowTileThreads - 1) / kRowTileThreads;
-  return m < 1 ? 1 : (m > 2 ? 2 : m);
-}
-
 // grad: (B, T, cols_total) with unit stride along channels. grad_values[k] is
-// a (B, S_k, D_k) accumulator (not initialized: every row is written here) or
-// nullptr. The query gradient of stream k goes to grad_query_parts + k * B * T
-// (every entry written). `unsorted`: B ints, zeroed.
-//
-// Three launches (and one more per kMaxStreams streams): flag the batch rows
-// whose queries are out of order; the row gather (rows_backward_kernel) for
-// the others, which also zeroes the flagged rows' accumulators; the atomic
-// kernel for the flagged rows (its warps exit at once elsewhere).
+// a zeroed (B, S_k, D_k) accumulator or nullptr. The query gradient of launch
+// i (one per kMaxStreams streams) goes to grad_query_parts + i * B * T.
 template <typename value_t, typename stamp_t>
 void launch_multi_stream_backward(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
                                   const at::Tensor& grad,
                                   const std::vector<compute_t<value_t>*>& grad_values,
-                                  weight_t<stamp_t>* grad_query_parts, int* unsorted,
-                                  const char* op) {
+                                  weight_t<stamp_t>* grad_query_parts, const char* op) {
   const auto q = query_args<stamp_t>(in.query);
-  const int64_t B = grad.size(0);
-  const auto grid = chunk_grid(B, grad.size(1), op);
-  const int64_t n = B * grad.size(1);
+  const auto grid = chunk_grid(grad.size(0), grad.size(1), op);
+  const int64_t n = grad.size(0) * grad.size(1);
   auto stream = at::cuda::getCurrentCUDAStream();
   const value_t* g = grad.data_ptr<value_t>();
   const int64_t gb = grad.stride(0), gt = grad.stride(1);
   const int vec = vector_width<value_t>(in, cols, grad.size(2), g, gb, gt);
-  unsorted_rows_kernel<<<static_cast<unsigned int>((n + kThreads - 1) / kThreads), kThreads, 0,
-                         stream>>>(q, n, unsorted);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  for_each_launch<value_t, stamp_t>(in, cols, vec, [&](auto p, auto vec_tag, int64_t first, int64_t) {
+  for_each_launch<value_t, stamp_t>(in, cols, vec, [&](auto p, auto vec_tag, int64_t first, int64_t index) {
     constexpr int VEC = decltype(vec_tag)::value;
     constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
-    int max_lg = 0;
-    int64_t max_rows = 0;
-    for (int k = 0; k < p.K; ++k) {
-      p.grad_values[k] = grad_values[first + k];
-      max_lg = std::max(max_lg, p.log2G[k]);
-      max_rows = std::max(max_rows, B * p.s[k].S);
-    }
-    auto* gq = grad_query_parts ? grad_query_parts + first * n : nullptr;
-    const int m = row_tile_multiple(max_lg);
-    const int64_t per_block = int64_t(kRowTileThreads * m - 2) * (kThreads / kRowTileThreads);
-    const int64_t blocks = (max_rows + per_block - 1) / per_block;
-    ROBOCACHE_CHECK(blocks <= int64_t(0x7fffffff), op, ": too many source rows for one launch (",
-                    max_rows, ")");
-    const dim3 rows_grid(static_cast<unsigned int>(blocks), static_cast<unsigned int>(p.K));
-    rows_backward_kernel<VEC, MAXK><<<rows_grid, kThreads, 0, stream>>>(
-        p, q, B, g, gb, gt, gq, unsorted, kRowTileThreads, m);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    for (int k = 0; k < p.K; ++k) p.grad_values[k] = grad_values[first + k];
+    auto* gq = grad_query_parts ? grad_query_parts + index * n : nullptr;
     multi_stream_backward_kernel<VEC, MAXK><<<grid.blocks, kThreads, 0, stream>>>(
-        p, q, g, gb, gt, gq, grid.total, grid.per_row, unsorted);
+        p, q, g, gb, gt, gq, grid.total, grid.per_row);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }

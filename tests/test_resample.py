@@ -375,7 +375,10 @@ def test_gradients_shared_sorted_query(device, mode, shared_times):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_gradients_half_types_sorted_queries(device, dtype):
+def test_half_precision_gradients_every_query_order(device, dtype):
+    """float32 accumulation, rounded once to the values' dtype, for rows of
+    every query order (mixed_order_queries) on rows long enough for the CUDA
+    warp pivot search."""
     B, S, T, D = 3, 200, 150, 24
     values = torch.randn(B, S, D, device=device).to(dtype)
     times = sorted_times(B, S, torch.float32, device)
@@ -385,7 +388,10 @@ def test_gradients_half_types_sorted_queries(device, dtype):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_gradcheck_sorted_queries(device, mode):
+def test_gradcheck_long_rows_sorted_queries(device, mode):
+    """gradcheck on rows of 64+ samples (the CUDA backward's warp pivot
+    search, which test_gradcheck's 9-sample rows do not reach), with the
+    queries of each row in order and a shorter second row."""
     B, S, T, D = 2, 70, 90, 3
     values = torch.randn(B, S, D, dtype=torch.float64, device=device, requires_grad=True)
     times = sorted_times(B, S, torch.float64, device)

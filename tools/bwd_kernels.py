@@ -2,13 +2,11 @@
 backward benchmark case, (256, 2048, 2048, 64) float32, with its queries in
 order (the benchmark's case) and shuffled.
     python tools/bwd_kernels.py"""
-import collections
-import statistics
-
 import torch
-from torch.profiler import ProfilerActivity, profile
 
-import robocache
+import robocache  # noqa: F401  (registers the operators)
+
+from kernel_times import print_kernel_times
 
 torch.manual_seed(0)
 dev = "cuda"
@@ -23,23 +21,5 @@ cases = {
     "queries shuffled": shuffled,
 }
 for name, q in cases.items():
-    fn = lambda: torch.ops.robocache._resample_backward(  # noqa: E731
-        grad, values, times, q, None, "linear", True, True)
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-    per = collections.defaultdict(list)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name].append(e.device_time)
-    print(f"{name}:")
-    total = 0.0
-    for k, v in per.items():
-        med = statistics.median(v)
-        total += med * len(v) / 20
-        print(f"  {med:8.1f} us  x{len(v) // 20}  {k[:100]}")
-    print(f"  {total:8.1f} us  kernel time per call")
+    print_kernel_times(name, lambda q=q: torch.ops.robocache._resample_backward(
+        grad, values, times, q, None, "linear", True, True))

@@ -1,14 +1,12 @@
 """Per-kernel GPU times (torch.profiler, median of 20 calls) of the voxelize
 benchmark cases: which pass of a voxelize call takes the time.
     python tools/voxel_kernels.py"""
-import collections
-import statistics
-
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import robocache
 from robocache.episodes import depth_camera_cloud
+
+from kernel_times import print_kernel_times
 
 torch.manual_seed(0)
 dev = "cuda"
@@ -24,21 +22,4 @@ cases = {
     "occupancy 128^3": lambda: robocache.voxelize(big, (128,) * 3, 1 / 128, (0, 0, 0)),
 }
 for name, fn in cases.items():
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-    times = collections.defaultdict(list)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            times[e.name].append(e.device_time)
-    print(f"{name}:")
-    total = 0.0
-    for k, v in times.items():
-        med = statistics.median(v)
-        total += med * len(v) / 20
-        print(f"  {med:8.1f} us  x{len(v) // 20}  {k[:100]}")
-    print(f"  {total:8.1f} us  kernel time per call")
+    print_kernel_times(name, fn)

@@ -41,8 +41,10 @@ struct Streams {
 // Backward: a warp takes a chunk of up to 32 consecutive queries of one batch
 // row. Its lanes locate their queries together (warp_locate: one row, so the
 // pivot search applies), then the warp back-propagates every query's
-// channels: groups of G lanes take one query each, reading its location from
-// the owning lane by shuffle.
+// channels: groups of G lanes take one query at a time, reading its location
+// from the owning lane by shuffle. When a lane holds at most one vector of a
+// query's channels, each group takes consecutive queries and merges their
+// additions to a shared row in registers (PendingRow).
 constexpr int kChunk = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -277,6 +279,30 @@ __global__ void __launch_bounds__(kThreads) multi_stream_backward_kernel(
     const int G = 1 << lg, per_iter = kChunk >> lg;
     const int group = lane >> lg, sub = lane & (G - 1);
     const bool query_grad = grad_query != nullptr;
+    if (s.D / VEC <= G) {
+      // A lane has at most one vector of a query's channels: group g takes
+      // queries g G .. g G + G - 1 in order and merges the contributions of
+      // consecutive queries to one row before adding them (PendingRow). The
+      // lane that owns query g G + i is lane i of group g, so the group's
+      // sum needs no shuffle back.
+      PendingRow<C, VEC> pending;
+      C* acc = p.grad_values[k] ? p.grad_values[k] + b * s.S * s.D + sub * VEC : nullptr;
+      for (int i = 0; i < G && i < nq; ++i) {  // uniform: group 0 has the most queries
+        const int src = group * G + i;
+        const auto l = shuffle_location(loc, src);
+        C partial = C(0);
+        if (src < nq) {
+          partial = resample_one_backward_merged<VEC>(s, l, b, sub, grows + src * g_tstride + p.col[k],
+                                                      acc, query_grad, pending);
+        }
+        if (query_grad) {
+          partial = group_sum(partial, G);
+          if (sub == i && loc.dt != W(0)) slope += W(partial) / loc.dt;
+        }
+      }
+      if (acc) pending.flush(acc, s.D);
+      continue;
+    }
     for (int j = 0; j < nq; j += per_iter) {
       const int src = j + group;
       const auto l = shuffle_location(loc, src);

@@ -748,11 +748,10 @@ def test_query_order_and_repeated_times_on_long_rows(device, order, mode):
 @pytest.mark.parametrize("tdtype", [torch.float32, torch.float64])
 def test_cuda_forward_tiles(n, D, dtype, tdtype):
     """The CUDA forward runs in tiles of 32 to 256 flattened queries (more
-    per block as the launch grows, fewer as rows widen), and each warp
-    locates several chunks of 32 queries at once (4 with 4-byte times, 2
-    with 8-byte ones); every tile size, a partial last tile (chunks with no
-    queries), rows that span tiles, NaN queries and short rows against the
-    float64 reference."""
+    per block as the launch grows, fewer as rows widen), each warp locating
+    a chunk of 32 queries at a time, with 4- and 8-byte times; every tile
+    size, a partial last tile (chunks with no queries), rows that span tiles,
+    NaN queries and short rows against the float64 reference."""
     B = 3
     T = (n + B - 1) // B
     S = 257

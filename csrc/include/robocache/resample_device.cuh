@@ -41,6 +41,28 @@ __device__ __forceinline__ T group_sum(T x, int G) {
   return x;
 }
 
+// The blend's split of a gradient vector g between rows i0 and i1:
+// x1 = w g, x0 = g - x1.
+template <typename C, int N>
+__device__ __forceinline__ void split_by_weight(const cutlass::Array<C, N>& g, C w,
+                                                cutlass::Array<C, N>& x0, cutlass::Array<C, N>& x1) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    x1[k] = w * g[k];
+    x0[k] = g[k] - x1[k];
+  }
+}
+
+// partial += g . (v1 - v0): a vector's share of the query gradient's
+// numerator.
+template <typename C, int N>
+__device__ __forceinline__ void add_dot_difference(C& partial, const cutlass::Array<C, N>& g,
+                                                   const cutlass::Array<C, N>& v0,
+                                                   const cutlass::Array<C, N>& v1) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) partial += g[k] * (v1[k] - v0[k]);
+}
+
 // Backward of the forward blend for query (b, t):
 //  - adds (1 - w) g and w g into rows i0 and i1 of grad_values (atomics),
 //  - returns this lane's share of g . (v1 - v0) for the query gradient.
@@ -67,20 +89,13 @@ __device__ __forceinline__ compute_t<value_t> resample_one_backward(
         atomic_add_frag(a0 + v * VEC, g);
       } else {
         typename IO::Frag x0, x1;
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          x1[k] = w * g[k];
-          x0[k] = g[k] - x1[k];
-        }
+        split_by_weight(g, w, x0, x1);
         atomic_add_frag(a0 + v * VEC, x0);
         atomic_add_frag(a1 + v * VEC, x1);
       }
     }
     if (slope) {
-      const auto x0 = IO::load(r0 + v * VEC);
-      const auto x1 = IO::load(r1 + v * VEC);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) partial += g[k] * (x1[k] - x0[k]);
+      add_dot_difference(partial, g, IO::load(r0 + v * VEC), IO::load(r1 + v * VEC));
     }
   }
   return partial;
@@ -135,21 +150,14 @@ __device__ __forceinline__ compute_t<value_t> resample_one_backward_merged(
       pending.add(acc, s.D, loc.i0, g);
     } else {
       typename IO::Frag x0, x1;
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        x1[k] = w * g[k];
-        x0[k] = g[k] - x1[k];
-      }
+      split_by_weight(g, w, x0, x1);
       pending.add(acc, s.D, loc.i0, x0);
       pending.add(acc, s.D, loc.i1, x1);
     }
   }
   if (query_grad && loc.dt != 0) {
     const value_t* r0 = s.values + b * s.v_bstride + loc.i0 * s.v_sstride + lane * VEC;
-    const auto x0 = IO::load(r0);
-    const auto x1 = IO::load(r0 + (loc.i1 - loc.i0) * s.v_sstride);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) partial += g[k] * (x1[k] - x0[k]);
+    add_dot_difference(partial, g, IO::load(r0), IO::load(r0 + (loc.i1 - loc.i0) * s.v_sstride));
   }
   return partial;
 }

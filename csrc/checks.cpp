@@ -3,6 +3,10 @@
 
 #include <c10/core/SymBool.h>
 #include <c10/util/Exception.h>
+#include <c10/util/safe_numerics.h>
+
+#include <climits>
+#include <cmath>
 
 #include <string>
 
@@ -28,6 +32,16 @@ bool is_time_dtype(at::ScalarType t) {
 }
 
 std::string shape_str(const at::Tensor& t) { return message(t.sym_sizes()); }
+
+// "linear" from " linear "; inner spaces stay ("li near" is no mode).
+std::string trimmed(const std::string& s) {
+  const auto begin = s.find_first_not_of(' ');
+  if (begin == std::string::npos) return std::string();
+  return s.substr(begin, s.find_last_not_of(' ') - begin + 1);
+}
+
+// a * b, or false when it does not fit an int64.
+bool checked_mul(int64_t a, int64_t b, int64_t* out) { return !c10::mul_overflows(a, b, out); }
 
 }  // namespace
 
@@ -144,13 +158,13 @@ std::vector<Mode> modes_per_stream(c10::string_view modes, size_t K, const std::
   std::string current;
   for (char c : modes) {
     if (c == ',') {
-      tokens.push_back(current);
+      tokens.push_back(trimmed(current));
       current.clear();
-    } else if (c != ' ') {
+    } else {
       current += c;
     }
   }
-  tokens.push_back(current);
+  tokens.push_back(trimmed(current));
   ROBOCACHE_CHECK_VALUE(tokens.size() == 1 || tokens.size() == K, op,
                         ": modes must be one mode or one per stream, comma-separated; got ",
                         tokens.size(), " modes ('", std::string(modes), "') for ", K, " streams");
@@ -191,6 +205,41 @@ Reduce parse_reduce(c10::string_view reduce, const char* op) {
   return Reduce::Occupancy;  // not reached
 }
 
+namespace {
+
+// Sizes that hold concrete values (always on CPU and CUDA; under tracing,
+// the ones not symbolic): the grid and the result must be addressable in
+// int64, and the per-voxel counters (int32: count's output, mean's counts,
+// max's winning point) must not wrap.
+void check_voxelize_sizes(const VoxelizeSizes& n, c10::SymIntArrayRef grid_size, Reduce reduce,
+                          const std::string& op) {
+  int64_t elements = 1;
+  bool concrete = true;
+  std::vector<c10::SymInt> dims{n.B, n.C == 0 ? c10::SymInt(1) : n.C};
+  for (const auto& g : grid_size) dims.push_back(g);
+  for (const auto& d : dims) {
+    const auto value = d.maybe_as_int();
+    if (!value) {
+      concrete = false;
+      continue;
+    }
+    ROBOCACHE_CHECK_VALUE(checked_mul(elements, *value, &elements), op,
+                          ": the result has too many elements for int64 (grid_size ", grid_size,
+                          " with batch ", n.B, " and ", n.C, " channels); use a smaller grid");
+  }
+  int64_t bytes = 0;
+  ROBOCACHE_CHECK_VALUE(!concrete || checked_mul(elements, 8, &bytes), op,
+                        ": the result has too many elements to address (grid_size ", grid_size,
+                        "); use a smaller grid");
+  const auto points = n.N.maybe_as_int();
+  ROBOCACHE_CHECK_VALUE(reduce == Reduce::Occupancy || !points || *points <= int64_t(INT32_MAX), op,
+                        ": at most 2^31 - 1 points per cloud for reduce='count', 'sum', 'mean' "
+                        "or 'max' (per-voxel counters are int32); got ", *points,
+                        " (split the cloud)");
+}
+
+}  // namespace
+
 VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
                                     const std::optional<at::Tensor>& features,
                                     const std::optional<at::Tensor>& lengths,
@@ -211,13 +260,21 @@ VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
   }
   ROBOCACHE_CHECK_VALUE(voxel_size.size() == 1 || voxel_size.size() == 3, op,
                     ": voxel_size must have 1 or 3 entries; got ", voxel_size.size());
+  // The kernels divide in the points' dtype: a float32 cloud needs the
+  // sizes positive and finite as float32 too (1e-50 or 1e39 are not).
+  const bool single = points.scalar_type() == at::kFloat;
   for (double v : voxel_size) {
+    const double as_point = single ? double(float(v)) : v;
     ROBOCACHE_CHECK_VALUE(std::isfinite(v) && v > 0, op,
-                      ": voxel_size must be positive and finite; got ", voxel_size);
+                          ": voxel_size must be positive and finite; got ", voxel_size);
+    ROBOCACHE_CHECK_VALUE(std::isfinite(as_point) && as_point > 0, op, ": voxel_size ", v,
+                          " is not positive and finite in the points' dtype (float32): ",
+                          as_point, "; use float64 points or a representable size");
   }
   ROBOCACHE_CHECK_VALUE(origin.size() == 3, op, ": origin must have 3 entries; got ", origin.size());
   for (double v : origin) {
-    ROBOCACHE_CHECK_VALUE(std::isfinite(v), op, ": origin must be finite; got ", origin);
+    ROBOCACHE_CHECK_VALUE(std::isfinite(v) && std::isfinite(single ? double(float(v)) : v), op,
+                          ": origin must be finite in the points' dtype; got ", origin);
   }
   if (reduce_needs_features(reduce)) {
     ROBOCACHE_CHECK_VALUE(features.has_value(), op, ": reduce='",
@@ -261,6 +318,7 @@ VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
                       ": lengths must be on the same device as points; got points on ",
                       points.device(), " and lengths on ", len.device());
   }
+  check_voxelize_sizes(n, grid_size, reduce, op);
   return n;
 }
 

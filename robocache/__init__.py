@@ -34,17 +34,10 @@ def _load_library():
 
 _load_library()
 
+from . import _autograd, _vmap  # noqa: E402,F401  (autograd, forward AD and vmap of the ops)
 from . import reference  # noqa: E402
-from ._ops import (  # noqa: E402
-    fuse,
-    fuse_columns,
-    fuse_multimodal,
-    is_cuda_available,
-    resample,
-    resample_trajectories,
-    voxelize,
-    voxelize_point_cloud,
-)
+from ._compat import fuse_multimodal, resample_trajectories, voxelize_point_cloud  # noqa: E402
+from ._ops import fuse, fuse_columns, is_cuda_available, resample, voxelize  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -1,13 +1,19 @@
 """Thin, documented Python wrappers over the ``torch.ops.robocache`` operators.
 
-Also registers each operator's autograd formula. Every backward calls another
-registered operator, so backward graphs trace under torch.compile.
+The wrappers turn Python conveniences (dicts of streams, mode names, float
+or tensor voxel sizes) into the operators' arguments and reject malformed
+ones with a ValueError or TypeError that names the argument. Shapes, dtypes
+and devices are checked once, in C++, by the operators themselves. Autograd,
+forward-mode AD and vmap are registered in ``_autograd.py``.
 """
+import numbers
+import operator
+
 import torch
 
-from . import reference
-
-_BACKENDS = (None, "auto", "robocache", "cuda", "pytorch")
+_MODES = ("linear", "nearest", "previous")
+_REDUCES = ("occupancy", "count", "sum", "mean", "max")
+_OPS = torch.ops.robocache
 
 
 def is_cuda_available():
@@ -16,31 +22,123 @@ def is_cuda_available():
 
 
 # ---------------------------------------------------------------------------
+# Argument checks shared by the wrappers
+# ---------------------------------------------------------------------------
+
+def _tensor(x, name, op, optional=False):
+    """``x`` itself when it is a tensor (or None where allowed); else a TypeError."""
+    if torch.is_tensor(x) or (optional and x is None):
+        return x
+    if type(x).__module__.startswith("torch.fx"):  # a proxy while tracing: the op checks it
+        return x
+    hint = ""
+    if type(x).__module__ == "numpy" or isinstance(x, (list, tuple, numbers.Number)):
+        hint = " (pass a tensor: torch.from_numpy(array) or torch.tensor(data))"
+    raise TypeError(f"{op}: {name} must be a torch.Tensor{' or None' if optional else ''}; "
+                    f"got {type(x).__name__}{hint}")
+
+
+def _mode(mode, name, op):
+    if not isinstance(mode, str) or mode not in _MODES:
+        raise ValueError(f"{op}: {name} must be 'linear', 'nearest' or 'previous'; got {mode!r}")
+    return mode
+
+
+def _require_kernels(op, *tensors):
+    """A CUDA tensor on a build without CUDA kernels gets a clear error, not
+    the dispatcher's 'Could not run ... with arguments from the CUDA backend'."""
+    for t in tensors:
+        if torch.is_tensor(t) and t.is_cuda and not is_cuda_available():
+            raise RuntimeError(
+                f"{op}: got a CUDA tensor, but this robocache was built without its CUDA kernels "
+                f"(torch {torch.__version__}). Rebuild it against a CUDA build of torch with nvcc "
+                "on the PATH: `FORCE_CUDA=1 pip install --no-build-isolation -e .`")
+
+
+def _on_meta(args):
+    """``args`` with every tensor replaced by a meta tensor of its shape: the
+    operator's own shape checks, run before any data check reads a value.
+    Tensors on different devices are left alone (the operator says which)."""
+    devices = {a.device for a in _flat_tensors(args)}
+    return args if len(devices) > 1 else _to_meta(args)
+
+
+def _flat_tensors(x):
+    if torch.is_tensor(x):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _flat_tensors(v)]
+    return []
+
+
+def _to_meta(x):
+    if torch.is_tensor(x):
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_meta(v) for v in x)
+    return x
+
+
+# ---------------------------------------------------------------------------
 # resample
 # ---------------------------------------------------------------------------
 
-def _check_resample_data(values, times, lengths):
-    """Value checks that need to read tensor data (a host sync on the GPU)."""
+def _check_times_data(values, times, lengths, op):
+    """check=True: lengths in [1, S], and finite, non-decreasing times that
+    resolve their own sampling period. Reads tensor data (a host sync on the GPU)."""
     B, S = values.shape[0], values.shape[1]
     if lengths is not None:
         bad = ((lengths < 1) | (lengths > S)).nonzero()
         if bad.numel():
             b = int(bad[0, 0])
-            raise ValueError(f"robocache.resample: lengths[{b}] = {int(lengths[b])} is outside "
+            raise ValueError(f"{op}: lengths[{b}] = {int(lengths[b])} is outside "
                              f"[1, S] with S = {S}")
+    t = times.expand(B, S)
+    limit = lengths.view(B, 1) if lengths is not None else torch.full((B, 1), S, device=t.device)
+    valid = torch.arange(S, device=t.device) < limit
+
+    def where(b, j):
+        return f"times[{j}]" if times.dim() == 1 else f"times[{b}, {j}]"
+
+    if t.is_floating_point():
+        bad = (~torch.isfinite(t) & valid).nonzero()
+        if bad.numel():
+            b, j = int(bad[0, 0]), int(bad[0, 1])
+            raise ValueError(f"{op}: times must be finite; {where(b, j)} = {t[b, j].item()}")
     if S < 2:
         return
-    t = times.expand(B, S)
-    decreasing = t[:, 1:] < t[:, :-1]
-    if lengths is not None:
-        decreasing &= torch.arange(1, S, device=t.device) < lengths.view(B, 1)
+    decreasing = (t[:, 1:] < t[:, :-1]) & valid[..., 1:]
     bad = decreasing.nonzero()
     if bad.numel():
         b, j = int(bad[0, 0]), int(bad[0, 1]) + 1
-        row = f"times[{j}]" if times.dim() == 1 else f"times[{b}, {j}]"
-        raise ValueError(f"robocache.resample: times must be non-decreasing within the valid "
-                         f"samples; {row} = {t[b, j].item()} < the sample before it "
+        raise ValueError(f"{op}: times must be non-decreasing within the valid samples; "
+                         f"{where(b, j)} = {t[b, j].item()} < the sample before it "
                          f"({t[b, j - 1].item()})")
+    if t.dtype == torch.float32:
+        _check_time_resolution(t, valid, op)
+
+
+def _check_time_resolution(t, valid, op):
+    """float32 times too coarse for their own spacing (e.g. unix-epoch seconds:
+    at 1.7e9 a float32 step is 128 s, so 100 Hz samples collapse)."""
+    n = valid.sum(1)
+    rows = (n >= 2).nonzero().flatten()
+    if rows.numel() == 0:
+        return
+    big = torch.finfo(t.dtype).max
+    first = torch.where(valid, t, big).amin(1)
+    last = torch.where(valid, t, -big).amax(1)
+    magnitude = torch.maximum(first.abs(), last.abs())
+    step = torch.nextafter(magnitude, torch.full_like(magnitude, torch.inf)) - magnitude
+    period = (last - first) / (n - 1).clamp(min=1)
+    bad = ((period < 4 * step) & (n >= 2)).nonzero()
+    if bad.numel():
+        b = int(bad[0, 0])
+        raise ValueError(
+            f"{op}: float32 times cannot resolve their own sampling period in row {b}: near "
+            f"{magnitude[b].item():.6g} a float32 step is {step[b].item():.3g}, but the samples "
+            f"are {period[b].item():.3g} apart on average. Use float64 or int64 nanosecond "
+            "times, or subtract the episode's start time first")
 
 
 def resample(values, times, query_times, lengths=None, mode="linear", *, check=False):
@@ -49,18 +147,20 @@ def resample(values, times, query_times, lengths=None, mode="linear", *, check=F
     Args:
         values: (B, S, D) samples; float32, float64, float16 or bfloat16.
         times: (B, S) sample times, or (S,) shared by the batch; float32,
-            float64 or int64 (e.g. nanosecond stamps). Must be non-decreasing
-            within each row's valid samples; this is not checked unless
-            ``check=True``.
+            float64 or int64 (e.g. nanosecond stamps). Must be finite and
+            non-decreasing within each row's valid samples; this is not
+            checked unless ``check=True``.
         query_times: (B, T) or (T,) times to sample at; same dtype as ``times``.
-        lengths: optional (B,) int64, the number of valid leading samples per
-            row (default S). Samples past it are ignored.
+        lengths: optional (B,) int64 tensor, the number of valid leading
+            samples per row (default S). Samples past it are ignored.
         mode: ``"linear"`` (interpolate), ``"nearest"`` (closest sample; a tie
             goes to the later one) or ``"previous"`` (zero-order hold: the last
             sample at or before the query).
-        check: validate ``lengths`` and the order of ``times`` and raise on a
-            violation. This reads tensor data, so on a GPU it synchronizes the
-            host; it is meant for debugging, not for compiled graphs.
+        check: validate the shapes, then ``lengths`` and the times (finite,
+            non-decreasing, and for float32 fine enough to resolve their own
+            spacing), and raise on a violation. This reads tensor data, so on
+            a GPU it synchronizes the host; it is meant for debugging, not for
+            compiled graphs.
 
     Returns:
         (B, T, D) tensor in the dtype of ``values``.
@@ -68,7 +168,8 @@ def resample(values, times, query_times, lengths=None, mode="linear", *, check=F
     Queries outside the valid range take the first/last valid sample; a query
     exactly at a sample time returns that sample exactly; repeated times are
     right-continuous; a NaN query gives NaN. Weights are computed in the
-    precision of the times (float64 for float64 and int64 times).
+    precision of the times (float64 for float64 and int64 times). Non-finite
+    values follow numpy.interp (docs/ops.md).
 
     Without ``check=True`` the CUDA kernel never reads ``lengths`` on the host:
     a row with length < 1 comes out as NaN and a length above S is treated as
@@ -76,30 +177,20 @@ def resample(values, times, query_times, lengths=None, mode="linear", *, check=F
 
     Gradients flow to ``values`` and ``query_times`` (for ``linear``, the
     slope: the right-hand slope at a knot, zero outside the range; zero for
-    ``nearest`` and ``previous``). ``times`` and ``lengths`` get no gradient.
+    ``nearest`` and ``previous``), to any order. ``times`` takes no gradient:
+    a ``times`` that requires grad raises at backward.
     """
+    op = "robocache.resample"
+    _tensor(values, "values", op)
+    _tensor(times, "times", op)
+    _tensor(query_times, "query_times", op)
+    _tensor(lengths, "lengths", op, optional=True)
+    _mode(mode, "mode", op)
+    _require_kernels(op, values, times, query_times, lengths)
     if check:
-        _check_resample_data(values, times, lengths)
-    return torch.ops.robocache.resample(values, times, query_times, lengths, mode)
-
-
-def _resample_setup_context(ctx, inputs, output):
-    values, times, query_times, lengths, mode = inputs
-    ctx.mode = mode
-    ctx.save_for_backward(values, times, query_times, lengths)
-
-
-def _resample_backward(ctx, grad):
-    values, times, query_times, lengths = ctx.saved_tensors
-    need_values, need_query = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
-    grad_values, grad_query = torch.ops.robocache._resample_backward(
-        grad, values, times, query_times, lengths, ctx.mode, need_values, need_query)
-    return (grad_values if need_values else None, None,
-            grad_query if need_query else None, None, None)
-
-
-torch.library.register_autograd(
-    "robocache::resample", _resample_backward, setup_context=_resample_setup_context)
+        _OPS.resample(*_on_meta((values, times, query_times, lengths)), mode)  # shapes first
+        _check_times_data(values, times, lengths, op)
+    return _OPS.resample(values, times, query_times, lengths, mode)
 
 
 # ---------------------------------------------------------------------------
@@ -108,35 +199,52 @@ torch.library.register_autograd(
 
 def _unpack_streams(streams, modes):
     """(names or None, values, times, lengths, modes) from fuse's arguments."""
+    op = "robocache.fuse"
     if isinstance(streams, dict):
         names = list(streams)
         entries = [streams[n] for n in names]
-    else:
+    elif isinstance(streams, (list, tuple)):
         names = None
         entries = list(streams)
+    else:
+        raise TypeError(f"{op}: streams must be a sequence of (values, times[, lengths]) tuples "
+                        f"or a dict of them; got {type(streams).__name__}")
     if not entries:
-        raise ValueError("robocache.fuse: streams is empty; give at least one (values, times) pair")
+        raise ValueError(f"{op}: streams is empty; give at least one (values, times) pair")
+    labels = [repr(n) for n in names] if names else [str(k) for k in range(len(entries))]
     values, times, lengths = [], [], []
-    for k, entry in enumerate(entries):
-        label = repr(names[k]) if names else str(k)
+    for label, entry in zip(labels, entries):
         if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
-            raise ValueError(f"robocache.fuse: stream {label} must be a (values, times) or "
+            raise ValueError(f"{op}: stream {label} must be a (values, times) or "
                              f"(values, times, lengths) tuple; got {type(entry).__name__}")
-        values.append(entry[0])
-        times.append(entry[1])
-        lengths.append(entry[2] if len(entry) == 3 else None)
+        values.append(_tensor(entry[0], f"stream {label}: values", op))
+        times.append(_tensor(entry[1], f"stream {label}: times", op))
+        lengths.append(_tensor(entry[2], f"stream {label}: lengths", op, optional=True)
+                       if len(entry) == 3 else None)
+    K = len(entries)
     if isinstance(modes, str):
-        modes = [modes] * len(entries)
+        parts = modes.split(",")
+        if len(parts) not in (1, K):
+            raise ValueError(f"{op}: modes must be one mode or one per stream ({K}); got "
+                             f"{len(parts)} in {modes!r}")
+        modes = [_mode(m.strip(), "modes", op) for m in parts] * (K if len(parts) == 1 else 1)
     elif isinstance(modes, dict):
         if names is None:
-            raise ValueError("robocache.fuse: modes may be a dict only when streams is one")
+            raise ValueError(f"{op}: modes may be a dict only when streams is one")
         unknown = set(modes) - set(names)
         if unknown:
-            raise ValueError(f"robocache.fuse: modes names unknown streams {sorted(unknown)}")
-        modes = [modes.get(n, "linear") for n in names]
+            raise ValueError(f"{op}: modes names unknown streams {sorted(unknown)}; the streams "
+                             f"are {names}")
+        modes = [_mode(modes.get(n, "linear"), f"modes[{n!r}]", op) for n in names]
+    elif isinstance(modes, (list, tuple)):
+        if len(modes) != K:
+            raise ValueError(f"{op}: modes must have one mode per stream ({K}); got {len(modes)}: "
+                             f"{list(modes)!r}")
+        modes = [_mode(m, f"modes[{k}]", op) for k, m in enumerate(modes)]
     else:
-        modes = list(modes)
-    return names, values, times, lengths, modes
+        raise TypeError(f"{op}: modes must be a mode name, a sequence of them or a dict; got "
+                        f"{type(modes).__name__}")
+    return names, labels, values, times, lengths, modes
 
 
 def fuse_columns(streams):
@@ -145,7 +253,7 @@ def fuse_columns(streams):
     Returns a dict of name -> slice when ``streams`` is a mapping, otherwise a
     list of slices in stream order. Only the shapes of the values are read.
     """
-    names, values, _, _, _ = _unpack_streams(streams, "linear")
+    names, _, values, _, _, _ = _unpack_streams(streams, "linear")
     slices, start = [], 0
     for v in values:
         slices.append(slice(start, start + v.shape[-1]))
@@ -167,11 +275,12 @@ def fuse(streams, query_times, *, modes="linear", check=False):
             and D_k may differ between streams. All values share one dtype and
             all times (and ``query_times``) another, as for :func:`resample`.
         query_times: (B, T) or (T,) timeline to align onto.
-        modes: ``"linear"``, ``"nearest"`` or ``"previous"`` for every stream,
-            or one per stream (a sequence, or a mapping by stream name; streams
-            a mapping leaves out are linear).
-        check: validate every stream's lengths and time order (a host sync on
-            the GPU), as in :func:`resample`.
+        modes: ``"linear"``, ``"nearest"`` or ``"previous"`` for every stream;
+            or one per stream: a sequence of K modes, a string of K
+            comma-separated modes, or a mapping by stream name (streams it
+            leaves out are linear).
+        check: validate every stream as :func:`resample`'s ``check`` does (a
+            host sync on the GPU); messages name the stream.
 
     Returns:
         (B, T, sum D_k): the streams' channels in the order given. Each stream
@@ -181,15 +290,20 @@ def fuse(streams, query_times, *, modes="linear", check=False):
     On CUDA one launch writes every stream into the output (up to 32 streams
     per launch). Gradients flow to every stream's values and to ``query_times``.
     """
-    names, values, times, lengths, modes = _unpack_streams(streams, modes)
+    op = "robocache.fuse"
+    names, labels, values, times, lengths, modes = _unpack_streams(streams, modes)
+    _tensor(query_times, "query_times", op)
+    _require_kernels(op, query_times, *values, *times, *lengths)
+    stacked = _stack_lengths(labels, values, lengths)
+    modes = ",".join(modes)
     if check:
-        for v, t, n in zip(values, times, lengths):
-            _check_resample_data(v, t, n)
-    return torch.ops.robocache.fuse(values, times, query_times,
-                                    _stack_lengths(names, values, lengths), ",".join(modes))
+        _OPS.fuse(*_on_meta((values, times, query_times, stacked)), modes)  # shapes first
+        for label, v, t, n in zip(labels, values, times, lengths):
+            _check_times_data(v, t, n, f"{op}: stream {label}")
+    return _OPS.fuse(values, times, query_times, stacked, modes)
 
 
-def _stack_lengths(names, values, lengths):
+def _stack_lengths(labels, values, lengths):
     """Per-stream lengths (or None) -> the operator's (K, B) int64 tensor, or None.
 
     A stream without lengths gets S_k (all its samples valid)."""
@@ -197,12 +311,11 @@ def _stack_lengths(names, values, lengths):
         return None
     B = values[0].shape[0]
     rows = []
-    for k, (v, n) in enumerate(zip(values, lengths)):
-        label = repr(names[k]) if names else str(k)
+    for label, v, n in zip(labels, values, lengths):
         if n is None:
             rows.append(torch.full((B,), v.shape[1], dtype=torch.long, device=v.device))
             continue
-        if not isinstance(n, torch.Tensor):  # e.g. an FX proxy: the operator checks it
+        if not torch.is_tensor(n):  # e.g. an FX proxy: the operator checks it
             rows.append(n)
             continue
         if n.dtype != torch.long:
@@ -215,53 +328,54 @@ def _stack_lengths(names, values, lengths):
     return torch.stack(rows)
 
 
-def _fuse_setup_context(ctx, inputs, output):
-    values, times, query_times, lengths, modes = inputs
-    ctx.num_streams = len(values)
-    ctx.modes = modes
-    ctx.save_for_backward(*values, *times, query_times, lengths)
-
-
-def _fuse_backward(ctx, grad):
-    K = ctx.num_streams
-    saved = ctx.saved_tensors
-    values, times = list(saved[:K]), list(saved[K:2 * K])
-    query_times, lengths = saved[2 * K], saved[2 * K + 1]
-    need_values = list(ctx.needs_input_grad[0])
-    need_query = bool(ctx.needs_input_grad[2])
-    grad_values, grad_query = torch.ops.robocache._fuse_backward(
-        grad, values, times, query_times, lengths, ctx.modes, need_values, need_query)
-    # Gradients mirror the inputs' structure: a list for each list of tensors.
-    # Trailing arguments left at their defaults (lengths, modes) may not have
-    # reached autograd at all: return one entry per input it saw.
-    grads = ([g if n else None for g, n in zip(grad_values, need_values)], [None] * K,
-             grad_query if need_query else None, None, None)
-    return grads[:len(ctx.needs_input_grad)]
-
-
-torch.library.register_autograd(
-    "robocache::fuse", _fuse_backward, setup_context=_fuse_setup_context)
-
-
 # ---------------------------------------------------------------------------
 # voxelize
 # ---------------------------------------------------------------------------
 
-_REDUCES = ("occupancy", "count", "sum", "mean", "max")
-
-
-def _as_floats(x, name, n):
-    """A float, sequence or tensor -> list of n floats (a 1-value input is repeated)."""
+def _floats(x, name, sizes):
+    """A number, sequence, numpy value or tensor -> list of floats, with one of
+    the allowed counts ``sizes``. Tensors are read on the host."""
+    op = "robocache.voxelize"
     if torch.is_tensor(x):
-        x = x.detach().cpu().flatten().tolist()  # read on the host: a GPU tensor syncs once
-    elif isinstance(x, (int, float)):
+        x = x.detach().cpu().reshape(-1).tolist()  # a GPU tensor syncs once
+    elif type(x).__module__ == "numpy":
+        x = x.reshape(-1).tolist() if hasattr(x, "reshape") else [x.item()]
+    elif isinstance(x, numbers.Real):
         x = [x]
-    x = [float(v) for v in x]
-    if n == 3 and len(x) == 1 and name == "voxel_size":
-        return x
-    if len(x) != n:
-        raise ValueError(f"robocache.voxelize: {name} must have {n} values; got {len(x)}")
-    return x
+    elif not isinstance(x, (list, tuple)):
+        raise TypeError(f"{op}: {name} must be a number, a sequence or a tensor; got "
+                        f"{type(x).__name__}")
+    out = []
+    for v in x:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{op}: {name} entries must be real numbers; got {v!r}")
+        out.append(float(v))
+    if len(out) not in sizes:
+        raise ValueError(f"{op}: {name} must have {' or '.join(map(str, sizes))} values; "
+                         f"got {len(out)}: {out}")
+    return out
+
+
+def _grid_size(grid_size):
+    op = "robocache.voxelize"
+    if torch.is_tensor(grid_size) or type(grid_size).__module__ == "numpy":
+        grid_size = grid_size.tolist()
+    if not isinstance(grid_size, (list, tuple, torch.Size)):
+        raise TypeError(f"{op}: grid_size must be three integers (X, Y, Z); got {grid_size!r}")
+    if len(grid_size) != 3:
+        raise ValueError(f"{op}: grid_size must have 3 entries (X, Y, Z); got {len(grid_size)}")
+    grid = []
+    for g in grid_size:
+        if isinstance(g, torch.SymInt):
+            grid.append(g)
+            continue
+        if isinstance(g, bool) or not isinstance(g, numbers.Integral):
+            raise TypeError(f"{op}: grid_size must be three integers; got {grid_size!r} "
+                            f"(entry {g!r} is a {type(g).__name__})")
+        if g < 1:
+            raise ValueError(f"{op}: grid_size must be positive; got {list(grid_size)}")
+        grid.append(operator.index(g))
+    return grid
 
 
 def voxelize(points, grid_size, voxel_size, origin, *, features=None, lengths=None,
@@ -270,14 +384,15 @@ def voxelize(points, grid_size, voxel_size, origin, *, features=None, lengths=No
 
     Args:
         points: (B, N, 3) or (N, 3) float32/float64 xyz.
-        grid_size: (X, Y, Z) voxels per axis.
-        voxel_size: one edge length, or three (x, y, z).
-        origin: the grid's min corner (3 values; a sequence or a tensor, read
+        grid_size: (X, Y, Z) voxels per axis, positive integers.
+        voxel_size: one edge length, or three (x, y, z): numbers, or a tensor
+            (read on the host). Must be positive and finite in the points' dtype.
+        origin: the grid's min corner, 3 values (a sequence or a tensor, read
             on the host).
         features: (B, N, C) or (N, C) per-point features for
             ``sum``/``mean``/``max`` (float32, float64, float16, bfloat16).
-        lengths: optional (B,) int64 valid points per cloud; padding past it
-            is ignored.
+        lengths: optional (B,) int64 tensor, valid points per cloud; padding
+            past it is ignored.
         reduce: ``"occupancy"``, ``"count"``, ``"sum"``, ``"mean"`` or ``"max"``.
         check: validate ``lengths`` (in [0, N]) on any device and raise; on a
             GPU this synchronizes the host.
@@ -292,94 +407,25 @@ def voxelize(points, grid_size, voxel_size, origin, *, features=None, lengths=No
         voxels 0. A single (N, 3) cloud drops the B dimension.
 
     Gradients flow to ``features`` for sum, mean and max (max: to the
-    lowest-index point at the maximum); nothing flows to ``points``.
+    lowest-index point at the maximum); nothing flows to ``points`` (the
+    result is piecewise constant in them). Double backward: sum and mean.
     """
-    if reduce not in _REDUCES:
-        raise ValueError(f"robocache.voxelize: reduce must be one of {_REDUCES}; got {reduce!r}")
-    grid = [g if isinstance(g, torch.SymInt) else int(g) for g in grid_size]
+    op = "robocache.voxelize"
+    if not isinstance(reduce, str) or reduce not in _REDUCES:
+        raise ValueError(f"{op}: reduce must be one of {_REDUCES}; got {reduce!r}")
+    _tensor(points, "points", op)
+    _tensor(features, "features", op, optional=True)
+    _tensor(lengths, "lengths", op, optional=True)
+    _require_kernels(op, points, features, lengths)
+    grid = _grid_size(grid_size)
+    voxel_size = _floats(voxel_size, "voxel_size", (1, 3))
+    origin = _floats(origin, "origin", (3,))
     if check and lengths is not None:
+        _OPS.voxelize(*_on_meta((points, features, lengths)), grid, voxel_size, origin, reduce)
         N = points.shape[-2]
         bad = ((lengths < 0) | (lengths > N)).nonzero()
         if bad.numel():
             b = int(bad[0, 0])
-            raise ValueError(f"robocache.voxelize: lengths[{b}] = {int(lengths[b])} is outside "
+            raise ValueError(f"{op}: lengths[{b}] = {int(lengths[b])} is outside "
                              f"[0, N] with N = {N}")
-    return torch.ops.robocache.voxelize(
-        points, features, lengths, grid, _as_floats(voxel_size, "voxel_size", 3),
-        _as_floats(origin, "origin", 3), reduce)
-
-
-def _voxelize_setup_context(ctx, inputs, output):
-    points, features, lengths, grid_size, voxel_size, origin, reduce = inputs
-    ctx.args = (grid_size, voxel_size, origin, reduce)
-    ctx.save_for_backward(points, features, lengths, output if reduce == "max" else None)
-
-
-def _voxelize_backward(ctx, grad):
-    points, features, lengths, result = ctx.saved_tensors
-    grid_size, voxel_size, origin, reduce = ctx.args
-    grad_features = None
-    if ctx.needs_input_grad[1]:
-        if result is None:
-            result = grad  # only max reads it; this keeps the schema's shape check simple
-        grad_features = torch.ops.robocache._voxelize_backward(
-            grad, points, features, lengths, grid_size, voxel_size, origin, reduce, result)
-    return None, grad_features, None, None, None, None, None
-
-
-torch.library.register_autograd(
-    "robocache::voxelize", _voxelize_backward, setup_context=_voxelize_setup_context)
-
-
-# ---------------------------------------------------------------------------
-# The earlier Python API, kept working as written.
-# ---------------------------------------------------------------------------
-
-def _use_reference(backend, *tensors):
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend must be one of {_BACKENDS}; got {backend!r}")
-    if backend == "cuda":
-        if not is_cuda_available():
-            raise RuntimeError("backend='cuda': robocache was built without its CUDA kernels")
-        for t in tensors:
-            if torch.is_tensor(t) and not t.is_cuda:
-                raise ValueError("backend='cuda' needs CUDA tensors; got one on " + str(t.device))
-    return backend == "pytorch"
-
-
-def resample_trajectories(src, src_t, tgt_t, backend=None):
-    """Linear resampling, as in robocache's first API (argument names kept).
-
-    ``src`` is (B, S, D), ``src_t`` (B, S) or (S,), ``tgt_t`` (B, T) or (T,).
-    ``backend="pytorch"`` runs the pure-PyTorch reference; None, "auto" or
-    "robocache" run the operator; "cuda" runs the operator and insists on CUDA.
-    """
-    if _use_reference(backend, src, src_t, tgt_t):
-        return reference.resample(src, src_t, tgt_t)
-    return resample(src, src_t, tgt_t)
-
-
-def fuse_multimodal(vision, vision_t, proprio, proprio_t, force, force_t, target_t, backend=None):
-    """Three streams (vision, proprioception, force) linearly onto ``target_t``,
-    as in robocache's first API: returns (B, T, D_vision + D_proprio + D_force).
-
-    ``backend="pytorch"`` runs the pure-PyTorch reference; None, "auto" or
-    "robocache" run the operator; "cuda" runs the operator and insists on CUDA.
-    """
-    streams = [(vision, vision_t), (proprio, proprio_t), (force, force_t)]
-    if _use_reference(backend, vision, vision_t, proprio, proprio_t, force, force_t, target_t):
-        return reference.fuse(streams, target_t)
-    return fuse(streams, target_t)
-
-
-def voxelize_point_cloud(points, grid_size, voxel_size, origin, backend=None):
-    """A float occupancy grid of shape ``grid_size`` (or (B, *grid_size) for a
-    batch), as in robocache's first API. ``voxel_size`` is a float (or three);
-    ``origin`` a tensor or a sequence.
-
-    ``backend="pytorch"`` runs the pure-PyTorch reference; None, "auto" or
-    "robocache" run the operator; "cuda" runs the operator and insists on CUDA.
-    """
-    if _use_reference(backend, points):
-        return reference.voxelize(points, grid_size, voxel_size, origin)
-    return voxelize(points, grid_size, voxel_size, origin)
+    return _OPS.voxelize(points, features, lengths, grid, voxel_size, origin, reduce)

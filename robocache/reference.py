@@ -5,6 +5,8 @@ ordinary torch ops (searchsorted, gather, arithmetic). They are the oracle for
 the tests, the baseline for the benchmarks, and what ``backend="pytorch"`` runs.
 They are differentiable through ordinary autograd.
 """
+from typing import NamedTuple
+
 import torch
 
 _MODES = ("linear", "nearest", "previous")
@@ -19,8 +21,19 @@ def _weight_dtype(time_dtype):
     return torch.float32 if time_dtype == torch.float32 else torch.float64
 
 
-def _locate(times, query_times, lengths, S, B, mode):
-    """Indices (i0, i1), weight w (of i1) and a NaN mask, all (B, T)."""
+class Location(NamedTuple):
+    """Where each query lands, all (B, T): ``out = v[i0] + w (v[i1] - v[i0])``;
+    ``dt = t[i1] - t[i0]`` for a linear query strictly inside the valid range
+    (0 elsewhere); ``nan`` marks a NaN query or a row with no valid sample."""
+    i0: torch.Tensor
+    i1: torch.Tensor
+    w: torch.Tensor
+    dt: torch.Tensor
+    nan: torch.Tensor
+
+
+def locate(times, query_times, lengths, S, B, mode):
+    """Where every query lands among its row's valid samples (see Location)."""
     T = query_times.shape[-1]
     times = times.expand(B, S)
     q = query_times.expand(B, T)
@@ -41,19 +54,43 @@ def _locate(times, query_times, lengths, S, B, mode):
     t1 = times.gather(1, i1)
     inside = (k > 0) & (k < L)
     wdt = _weight_dtype(times.dtype)
+    zero = torch.zeros(q.shape, dtype=wdt, device=q.device)
     if mode == "linear":
-        dt = torch.where(inside, t1 - t0, torch.ones_like(t1)).to(wdt)
-        w = torch.where(inside, (q - t0).to(wdt) / dt, torch.zeros_like(dt))
+        dt = torch.where(inside, (t1 - t0).to(wdt), zero)
+        w = torch.where(inside, (q - t0).to(wdt) / torch.where(inside, dt, zero + 1), zero)
     else:
         if mode == "nearest":
             later = inside & ((t1 - q) <= (q - t0))  # a tie goes to the later sample
             i0 = torch.where(later, i1, i0)
         i1 = i0
-        w = torch.zeros(q.shape, dtype=wdt, device=q.device)
+        w = dt = zero
     nan = (L < 1).expand(B, T)
     if q.is_floating_point():
         nan = nan | torch.isnan(q)
-    return i0, i1, w, nan
+    return Location(i0, i1, w, dt, nan)
+
+
+def blend(v0, v1, w):
+    """``v0 + w (v1 - v0)`` as the operators evaluate it (interp.h's blend).
+
+    - ``w == 0`` returns ``v0`` exactly, whatever ``v1`` is (a query on a knot).
+    - When both samples are finite the result is finite: if ``v1 - v0``
+      overflows, ``(1 - w) v0 + w v1`` is used instead.
+    - With a non-finite sample, numpy.interp's rule: an infinite result
+      stands; otherwise interpolate from ``v1``'s side; if that is NaN too,
+      equal samples give that sample, else NaN.
+    """
+    d = v1 - v0
+    r = v0 + w * d
+    from_right = v1 + (w - 1) * d
+    fallback = torch.where(
+        torch.isfinite(v0) & torch.isfinite(v1), (1 - w) * v0 + w * v1,
+        torch.where(~torch.isnan(r), r,
+                    torch.where(~torch.isnan(from_right), from_right,
+                                torch.where(v0 == v1, v0, from_right))))
+    # w == 0 with a finite difference gives r == v0 exactly; written this way
+    # the derivative in w stays the slope (the right-hand one at a knot).
+    return torch.where(torch.isfinite(r), r, torch.where(w == 0, v0, fallback))
 
 
 def resample(values, times, query_times, lengths=None, mode="linear"):
@@ -61,17 +98,17 @@ def resample(values, times, query_times, lengths=None, mode="linear"):
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}; got {mode!r}")
     B, S, D = values.shape
-    i0, i1, w, nan = _locate(times, query_times, lengths, S, B, mode)
+    loc = locate(times, query_times, lengths, S, B, mode)
     cdt = _compute_dtype(values.dtype)
     v = values.to(cdt)
-    T = i0.shape[1]
-    v0 = v.gather(1, i0.unsqueeze(-1).expand(B, T, D))
+    T = loc.i0.shape[1]
+    v0 = v.gather(1, loc.i0.unsqueeze(-1).expand(B, T, D))
     if mode == "linear":
-        v1 = v.gather(1, i1.unsqueeze(-1).expand(B, T, D))
-        out = v0 + w.to(cdt).unsqueeze(-1) * (v1 - v0)
+        v1 = v.gather(1, loc.i1.unsqueeze(-1).expand(B, T, D))
+        out = blend(v0, v1, loc.w.to(cdt).unsqueeze(-1))
     else:
         out = v0
-    out = torch.where(nan.unsqueeze(-1), torch.full_like(out, torch.nan), out)
+    out = torch.where(loc.nan.unsqueeze(-1), torch.full_like(out, torch.nan), out)
     return out.to(values.dtype)
 
 

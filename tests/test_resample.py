@@ -401,11 +401,17 @@ def test_gradcheck_long_rows_sorted_queries(device, mode):
     assert torch.autograd.gradcheck(fn, (values, query), eps=1e-6, atol=1e-5)
 
 
-def test_times_get_no_gradient(device):
-    values = torch.randn(1, 4, 2, device=device, requires_grad=True)
-    times = torch.arange(4.0, device=device, requires_grad=True)
-    robocache.resample(values, times, torch.tensor([0.5, 2.5], device=device)).sum().backward()
-    assert times.grad is None and values.grad is not None
+def test_times_gradient_matches_reference(device):
+    """A times that requires grad gets the true gradient (it used to get
+    None, silently): -(1 - w) and -w times the slope, to the segment's ends."""
+    values = torch.randn(2, 6, 3, device=device, dtype=torch.float64)
+    times = sorted_times(2, 6, torch.float64, device).requires_grad_()
+    query = query_times(2, 9, torch.float64, device)
+    grad = torch.randn(2, 9, 3, device=device, dtype=torch.float64)
+    got, = torch.autograd.grad(robocache.resample(values, times, query), times, grad)
+    expected, = torch.autograd.grad(reference.resample(values, times, query), times, grad)
+    assert got.abs().sum() > 0
+    assert_close(got, expected, rtol=1e-10, atol=1e-10)
 
 
 # ---------------------------------------------------------------------------

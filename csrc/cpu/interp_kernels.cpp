@@ -37,10 +37,7 @@ void write_channels(const StreamArgs<value_t, stamp_t>& s, const Location<weight
     std::copy(r0, r0 + s.D, dst);
     return;
   }
-  for (int64_t d = 0; d < s.D; ++d) {
-    const C a = C(r0[d]);
-    dst[d] = value_t(a + w * (C(r1[d]) - a));
-  }
+  for (int64_t d = 0; d < s.D; ++d) dst[d] = value_t(blend(C(r0[d]), C(r1[d]), w));
 }
 
 template <typename value_t, typename stamp_t>

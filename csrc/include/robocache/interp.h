@@ -178,11 +178,34 @@ ROBOCACHE_HD Location<weight_t<stamp_t>> locate(const stamp_t* times, int64_t st
   return locate_at(times, stride, L, q, mode, k);
 }
 
-// The blend used everywhere; exact at knots (w == 0 returns v0 untouched,
-// even when the neighbour is not finite).
+template <typename C>
+ROBOCACHE_HD bool is_finite(C x) {
+  return x - x == C(0);  // inf - inf and NaN - NaN are NaN
+}
+
+// blend's rare path: the quick result r = v0 + w d (d = v1 - v0) is not finite.
+//  - Both samples finite: d overflowed (e.g. -3e38 and 3e38 in float32), so
+//    blend without forming it; each term is bounded by the larger |v|.
+//  - A sample is not finite: numpy.interp's rule. An infinite r stands; a
+//    NaN r is retried from v1's side; equal samples give that sample.
+template <typename C>
+ROBOCACHE_HD C blend_non_finite(C v0, C v1, C w, C d, C r) {
+  if (is_finite(v0) && is_finite(v1)) return (C(1) - w) * v0 + w * v1;
+  if (!is_nan(r)) return r;
+  const C from_right = v1 + (w - C(1)) * d;
+  if (!is_nan(from_right)) return from_right;
+  return v0 == v1 ? v0 : from_right;
+}
+
+// The blend used everywhere (robocache.reference.blend states the same in
+// PyTorch). Exact at knots: w == 0 returns v0 untouched, even when the
+// neighbour is not finite. A finite result costs one extra test.
 template <typename C>
 ROBOCACHE_HD C blend(C v0, C v1, C w) {
-  return w == C(0) ? v0 : v0 + w * (v1 - v0);
+  if (w == C(0)) return v0;
+  const C d = v1 - v0;
+  const C r = v0 + w * d;
+  return is_finite(r) ? r : blend_non_finite(v0, v1, w, d, r);
 }
 
 }  // namespace robocache

@@ -56,7 +56,7 @@ cuda-build-check: $(CUDA_VENV)/.deps
 	  CPATH="$$($(CUDA_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13/include" \
 	  TORCH_CUDA_ARCH_LIST="$(CUDA_ARCHS)" MAX_JOBS=$(MAX_JOBS) \
 	  $(CUDA_VENV)/bin/python setup.py -q build_ext -b build/cuda-check/lib -t build/cuda-check/tmp
-	$(CUDA_VENV)/bin/python tools/check_cuda_build.py build/cuda-check/lib
+	$(CUDA_VENV)/bin/python .ci/check_cuda_build.py build/cuda-check/lib
 
 clean:
 	rm -rf build robocache/_C*.so robocache/_build_info.py $(VENV)/.built

@@ -1,0 +1,42 @@
+"""The profiling scripts in benchmark/ stay runnable: each answers --help, and
+where no GPU with robocache's CUDA kernels is present it says so and exits
+instead of failing with a traceback."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import robocache
+
+BENCHMARK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmark")
+SCRIPTS = ["bwd_kernels.py", "voxel_kernels.py", "ncu_cases.py"]
+
+
+def _run(script, *args):
+    return subprocess.run([sys.executable, os.path.join(BENCHMARK, script), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help(script):
+    r = _run(script, "--help")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: " + script), r.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and robocache.is_cuda_available(),
+                    reason="a GPU is present: the scripts would run in full")
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_without_gpu_exits_clearly(script):
+    r = _run(script)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr, r.stderr
+    assert "needs a CUDA GPU" in r.stderr or "built without CUDA kernels" in r.stderr, r.stderr
+
+
+def test_ncu_cases_rejects_unknown_kind():
+    r = _run("ncu_cases.py", "resampel")
+    assert r.returncode == 2
+    assert "'resampel'" in r.stderr and "resample, fuse, voxelize" in r.stderr, r.stderr

@@ -23,4 +23,9 @@ inline unsigned int grid_blocks(int64_t items, int64_t per_block, const char* op
   return static_cast<unsigned int>(std::max<int64_t>(blocks, 1));
 }
 
+// A thread per element, for n elements.
+inline unsigned int grid_blocks(int64_t n, const char* op) {
+  return grid_blocks(n, kThreads, op, "elements", n);
+}
+
 }  // namespace robocache

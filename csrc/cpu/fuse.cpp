@@ -1,5 +1,5 @@
 // CPU entry points of robocache::fuse and robocache::_fuse_backward.
-// The kernels are shared with resample (csrc/cpu/interp_kernels.cpp).
+// The kernels are shared with resample (the interp kernels, csrc/cpu/interp_kernels.cpp).
 // Lengths outside [1, S] are rejected here (reading them is free on the CPU).
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
@@ -14,8 +14,7 @@ constexpr const char* kOp = "robocache.fuse";
 
 at::Tensor fuse_cpu(at::TensorList values, at::TensorList times, const at::Tensor& query_times,
                     const std::optional<at::Tensor>& lengths, c10::string_view modes) {
-  return multi_stream_forward_cpu(
-      fuse_inputs(values, times, query_times, lengths, modes, true), kOp);
+  return interp_forward_cpu(fuse_inputs(values, times, query_times, lengths, modes, true));
 }
 
 std::tuple<std::vector<at::Tensor>, at::Tensor> fuse_backward_cpu(
@@ -24,7 +23,7 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> fuse_backward_cpu(
     c10::string_view modes, const c10::List<bool>& values_grad, bool query_grad) {
   const auto in = fuse_inputs(values, times, query_times, lengths, modes, true);
   check_backward_args(in, grad_out, values_grad.size(), query_grad, kOp);
-  return multi_stream_backward_cpu(in, grad_out, values_grad.vec(), query_grad, kOp);
+  return interp_backward_cpu(in, grad_out, values_grad.vec(), query_grad);
 }
 
 }  // namespace

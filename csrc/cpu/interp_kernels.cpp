@@ -1,4 +1,4 @@
-// CPU kernels shared by resample (one stream) and fuse (K streams).
+// The CPU interp kernels, shared by resample (one stream) and fuse (K streams).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -15,7 +15,7 @@ namespace robocache {
 namespace {
 
 template <typename value_t, typename stamp_t>
-std::vector<StreamArgs<value_t, stamp_t>> streams_of(const MultiStreamInputs& in) {
+std::vector<StreamArgs<value_t, stamp_t>> streams_of(const InterpInputs& in) {
   std::vector<StreamArgs<value_t, stamp_t>> s;
   for (size_t k = 0; k < in.values.size(); ++k)
     s.push_back(stream_args<value_t, stamp_t>(in.values[k], in.times[k], in.lengths[k], in.modes[k]));
@@ -41,7 +41,7 @@ void write_channels(const StreamArgs<value_t, stamp_t>& s, const Location<weight
 }
 
 template <typename value_t, typename stamp_t>
-void forward_impl(const MultiStreamInputs& in, const std::vector<int64_t>& cols, at::Tensor& out) {
+void forward_impl(const InterpInputs& in, const std::vector<int64_t>& cols, at::Tensor& out) {
   const auto streams = streams_of<value_t, stamp_t>(in);
   const auto q = query_args<stamp_t>(in.query);
   const int64_t T = out.size(1), row_len = out.size(2);
@@ -63,7 +63,7 @@ void forward_impl(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
 
 // Deterministic: each batch row accumulates its own gradient rows, in order.
 template <typename value_t, typename stamp_t>
-void backward_impl(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
+void backward_impl(const InterpInputs& in, const std::vector<int64_t>& cols,
                    const at::Tensor& grad, const std::vector<compute_t<value_t>*>& gv,
                    weight_t<stamp_t>* gq) {
   using C = compute_t<value_t>;
@@ -108,8 +108,7 @@ void backward_impl(const MultiStreamInputs& in, const std::vector<int64_t>& cols
 
 }  // namespace
 
-at::Tensor multi_stream_forward_cpu(const MultiStreamInputs& in, const char* op) {
-  (void)op;
+at::Tensor interp_forward_cpu(const InterpInputs& in) {
   int64_t total = 0;
   const auto cols = column_offsets(in, &total);
   const at::Tensor& v0 = in.values[0];
@@ -124,46 +123,28 @@ at::Tensor multi_stream_forward_cpu(const MultiStreamInputs& in, const char* op)
   return out;
 }
 
-std::tuple<std::vector<at::Tensor>, at::Tensor> multi_stream_backward_cpu(
-    const MultiStreamInputs& in, const at::Tensor& grad_out, const std::vector<bool>& values_grad,
-    bool query_grad, const char* op) {
-  (void)op;
+std::tuple<std::vector<at::Tensor>, at::Tensor> interp_backward_cpu(
+    const InterpInputs& in, const at::Tensor& grad_out, const std::vector<bool>& values_grad,
+    bool query_grad) {
   int64_t total = 0;
   const auto cols = column_offsets(in, &total);
   const at::Tensor& v0 = in.values[0];
   const int64_t B = v0.size(0), T = in.query.size(-1);
-  const auto acc_dtype = v0.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const auto w_dtype = in.query.scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
-  const at::Tensor grad = grad_out.to(v0.scalar_type()).contiguous();
-  std::vector<at::Tensor> acc;
-  for (size_t k = 0; k < in.values.size(); ++k) {
-    acc.push_back(values_grad[k] ? at::zeros(in.values[k].sizes(), v0.options().dtype(acc_dtype))
-                                 : at::Tensor());
-  }
-  at::Tensor gq = query_grad ? at::zeros({B, T}, in.query.options().dtype(w_dtype))
-                             : at::empty({0}, in.query.options());
+  const auto buf = interp_grad_buffers(in, grad_out, values_grad);
+  const at::Tensor grad = buf.grad.contiguous();
+  at::Tensor gq =
+      query_grad ? at::zeros({B, T}, in.query.options().dtype(buf.query_dtype)) : at::Tensor();
   if (B * T > 0) {
     ROBOCACHE_DISPATCH_VALUE_TYPES(v0.scalar_type(), "robocache_backward_cpu", [&] {
       using value_t = scalar_t;
       ROBOCACHE_DISPATCH_TIME_TYPES(in.query.scalar_type(), "robocache_backward_cpu", [&] {
         using stamp_t = scalar_t;
-        std::vector<compute_t<value_t>*> gv;
-        for (const auto& a : acc) gv.push_back(a.defined() ? a.data_ptr<compute_t<value_t>>() : nullptr);
-        backward_impl<value_t, stamp_t>(in, cols, grad, gv,
+        backward_impl<value_t, stamp_t>(in, cols, grad, buf.acc_ptrs<compute_t<value_t>>(),
                                         query_grad ? gq.data_ptr<weight_t<stamp_t>>() : nullptr);
       });
     });
   }
-  std::vector<at::Tensor> grad_values;
-  for (size_t k = 0; k < acc.size(); ++k) {
-    grad_values.push_back(acc[k].defined() ? acc[k].to(v0.scalar_type())
-                                           : at::empty({0}, v0.options()));
-  }
-  if (query_grad) {
-    if (in.query.dim() == 1) gq = gq.sum(0);
-    gq = gq.to(in.query.scalar_type());
-  }
-  return {grad_values, gq};
+  return interp_grad_results(in, buf, gq);
 }
 
 }  // namespace robocache

@@ -1,5 +1,5 @@
 // CPU entry points of robocache::resample and robocache::_resample_backward.
-// The kernels are shared with fuse (csrc/cpu/interp_kernels.cpp).
+// The kernels are shared with fuse (the interp kernels, csrc/cpu/interp_kernels.cpp).
 // Lengths outside [1, S] are rejected here (reading them is free on the CPU).
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
@@ -15,8 +15,7 @@ constexpr const char* kOp = "robocache.resample";
 at::Tensor resample_cpu(const at::Tensor& values, const at::Tensor& times,
                         const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
                         c10::string_view mode) {
-  return multi_stream_forward_cpu(
-      resample_inputs(values, times, query_times, lengths, mode, true), kOp);
+  return interp_forward_cpu(resample_inputs(values, times, query_times, lengths, mode, true));
 }
 
 std::tuple<at::Tensor, at::Tensor> resample_backward_cpu(
@@ -26,7 +25,7 @@ std::tuple<at::Tensor, at::Tensor> resample_backward_cpu(
   const auto in = resample_inputs(values, times, query_times, lengths, mode, true);
   check_backward_args(in, grad_out, 1, query_grad, kOp);
   auto [grad_values, grad_query] =
-      multi_stream_backward_cpu(in, grad_out, {values_grad}, query_grad, kOp);
+      interp_backward_cpu(in, grad_out, {values_grad}, query_grad);
   return {grad_values[0], grad_query};
 }
 

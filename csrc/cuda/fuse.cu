@@ -1,5 +1,5 @@
 // CUDA entry points of robocache::fuse and robocache::_fuse_backward.
-// The kernels are shared with resample (csrc/cuda/interp_kernels.cu);
+// The kernels are shared with resample (the interp kernels, csrc/cuda/interp_kernels.cu);
 // one launch forward, one launch backward (up to 32 streams). Lengths are never
 // read on the host: values outside [1, S] follow the documented contract
 // (NaN rows, clamping) instead of raising.
@@ -16,7 +16,7 @@ constexpr const char* kOp = "robocache.fuse";
 
 at::Tensor fuse_cuda(at::TensorList values, at::TensorList times, const at::Tensor& query_times,
                      const std::optional<at::Tensor>& lengths, c10::string_view modes) {
-  return multi_stream_forward_cuda(
+  return interp_forward_cuda(
       fuse_inputs(values, times, query_times, lengths, modes, false), kOp);
 }
 
@@ -26,7 +26,7 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> fuse_backward_cuda(
     c10::string_view modes, const c10::List<bool>& values_grad, bool query_grad) {
   const auto in = fuse_inputs(values, times, query_times, lengths, modes, false);
   check_backward_args(in, grad_out, values_grad.size(), query_grad, kOp);
-  return multi_stream_backward_cuda(in, grad_out, values_grad.vec(), query_grad, kOp);
+  return interp_backward_cuda(in, grad_out, values_grad.vec(), query_grad, kOp);
 }
 
 }  // namespace

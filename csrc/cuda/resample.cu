@@ -1,5 +1,5 @@
 // CUDA entry points of robocache::resample and robocache::_resample_backward.
-// The kernels are shared with fuse (csrc/cuda/interp_kernels.cu);
+// The kernels are shared with fuse (the interp kernels, csrc/cuda/interp_kernels.cu);
 // one launch forward, one launch backward (up to 32 streams). Lengths are never
 // read on the host: values outside [1, S] follow the documented contract
 // (NaN rows, clamping) instead of raising.
@@ -17,7 +17,7 @@ constexpr const char* kOp = "robocache.resample";
 at::Tensor resample_cuda(const at::Tensor& values, const at::Tensor& times,
                          const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
                          c10::string_view mode) {
-  return multi_stream_forward_cuda(
+  return interp_forward_cuda(
       resample_inputs(values, times, query_times, lengths, mode, false), kOp);
 }
 
@@ -28,7 +28,7 @@ std::tuple<at::Tensor, at::Tensor> resample_backward_cuda(
   const auto in = resample_inputs(values, times, query_times, lengths, mode, false);
   check_backward_args(in, grad_out, 1, query_grad, kOp);
   auto [grad_values, grad_query] =
-      multi_stream_backward_cuda(in, grad_out, {values_grad}, query_grad, kOp);
+      interp_backward_cuda(in, grad_out, {values_grad}, query_grad, kOp);
   return {grad_values[0], grad_query};
 }
 

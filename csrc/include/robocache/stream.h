@@ -66,16 +66,21 @@ QueryArgs<stamp_t> query_args(const at::Tensor& query) {
           query.size(-1)};
 }
 
-// Everything the shared kernels need for K streams, already validated:
-// values have unit stride along D and lengths (where defined) are contiguous.
-struct MultiStreamInputs {
+// Everything the interp kernels (resample and fuse, csrc/*/interp_kernels.*)
+// need for K streams, already validated: values have unit stride along D and
+// lengths (where defined) are contiguous.
+struct InterpInputs {
   std::vector<at::Tensor> values, times, lengths;
   std::vector<Mode> modes;
   at::Tensor query;
 };
 
+// The earlier name, still used by checks.h / checks.cpp; to go once they say
+// InterpInputs.
+using MultiStreamInputs = InterpInputs;
+
 // Output column offsets of the streams; `total` gets the sum of the D_k.
-inline std::vector<int64_t> column_offsets(const MultiStreamInputs& in, int64_t* total) {
+inline std::vector<int64_t> column_offsets(const InterpInputs& in, int64_t* total) {
   std::vector<int64_t> cols(in.values.size());
   int64_t c = 0;
   for (size_t k = 0; k < in.values.size(); ++k) {
@@ -93,11 +98,11 @@ inline at::Tensor unit_stride_d(const at::Tensor& values) {
 
 // Launch-ready inputs for one or more streams (no data is copied unless a
 // tensor's layout demands it).
-inline MultiStreamInputs prepare_inputs(at::TensorList values, at::TensorList times,
+inline InterpInputs prepare_inputs(at::TensorList values, at::TensorList times,
                                         const at::Tensor& query,
                                         const std::vector<std::optional<at::Tensor>>& lengths,
                                         std::vector<Mode> modes) {
-  MultiStreamInputs in;
+  InterpInputs in;
   for (size_t k = 0; k < values.size(); ++k) {
     in.values.push_back(unit_stride_d(values[k]));
     in.times.push_back(times[k]);

@@ -1,11 +1,11 @@
-// Per-query back-propagation on the GPU, shared by the resample and fuse
-// backward kernels. A "group" of G lanes (a power of two, at most a warp)
+// Per-query back-propagation on the GPU, for the resample/fuse backward
+// kernel (interp_kernels.cuh). A "group" of G lanes (a power of two, at most a warp)
 // handles one query; the lanes split the D channels in 16-byte vectors.
 #pragma once
 
 #include "robocache/interp.h"
 #include "robocache/stream.h"
-#include "robocache/vec.cuh"
+#include "vec.cuh"
 
 namespace robocache {
 

@@ -1,31 +1,22 @@
 // The CUDA kernels behind resample (one stream) and fuse (up to kMaxStreams
-// streams), forward and backward, and their host-side launchers.
+// streams), forward and backward: device code only. Their launch policy
+// (grid sizes, vector widths, template dispatch) is in interp_launch.cuh.
 //
 // One launch covers every stream (up to kMaxStreams): each query is located
 // in every stream, and that stream's D_k channels are written (or
-// back-propagated) at its column offset in the output row. Launches go to
-// the current stream; nothing is read back to the host, so they are
-// capturable in CUDA graphs. Index math is int64 throughout.
+// back-propagated) at its column offset in the output row. Index math is
+// int64 throughout.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/util/Exception.h>
-
-#include <algorithm>
-#include <type_traits>
 #include <cstdint>
-#include <vector>
 
-#include "robocache/error.h"
+#include "interp_backward.cuh"
+#include "launch.cuh"
 #include "robocache/dispatch.h"
-#include "robocache/resample_device.cuh"
 #include "robocache/stream.h"
 
 namespace robocache {
 
-constexpr int kThreads = 256;
 // Stream descriptions travel as a kernel parameter (about 100 bytes each).
 constexpr int kMaxStreams = 32;
 
@@ -38,14 +29,15 @@ struct Streams {
   int K;
 };
 
-// Backward: a warp takes a chunk of up to 32 consecutive queries of one batch
-// row. Its lanes locate their queries together (warp_locate: one row, so the
-// pivot search applies), then the warp back-propagates every query's
-// channels: groups of G lanes take one query at a time, reading its location
-// from the owning lane by shuffle. When a lane holds at most one vector of a
-// query's channels, each group takes consecutive queries and merges their
-// additions to a shared row in registers (PendingRow).
-constexpr int kChunk = 32;
+// Lanes of a warp. Backward: a warp takes a chunk of up to kWarpLanes
+// consecutive queries of one batch row. Its lanes locate their queries
+// together (warp_locate: one row, so the pivot search applies), then the warp
+// back-propagates every query's channels: groups of G lanes take one query at
+// a time, reading its location from the owning lane by shuffle. When a lane
+// holds at most one vector of a query's channels, each group takes
+// consecutive queries and merges their additions to a shared row in
+// registers (PendingRow).
+constexpr int kWarpLanes = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 
 template <typename W>
@@ -138,8 +130,8 @@ __device__ __forceinline__ void locate_tile(const Streams<value_t, stamp_t, MAXK
                                             stamp_t* pivots, int tid, int TT) {
   using W = weight_t<stamp_t>;
   const int K = MAXK == 1 ? 1 : p.K;
-  const int lane = threadIdx.x % kChunk;
-  for (int base = tid & ~(kChunk - 1); base < K * Q; base += TT) {
+  const int lane = threadIdx.x % kWarpLanes;
+  for (int base = tid & ~(kWarpLanes - 1); base < K * Q; base += TT) {
     // Uniform across the warp (Q is a multiple of 32); a constant for one
     // stream, which keeps p.s in the parameter space.
     const int k = MAXK == 1 ? 0 : base / Q;
@@ -154,7 +146,7 @@ __device__ __forceinline__ void locate_tile(const Streams<value_t, stamp_t, MAXK
       qv = q.query[b * q.q_bstride + (m - b * q.T) * q.q_stride];
     }
     const auto& s = p.s[k];
-    const auto loc = warp_locate(s, b, qv, mine, lane, pivots + (threadIdx.x & ~(kChunk - 1)));
+    const auto loc = warp_locate(s, b, qv, mine, lane, pivots + (threadIdx.x & ~(kWarpLanes - 1)));
     if (mine) {
       refs[k * Q + i] = RowRef<W>{loc.nan ? -1 : b * s.v_bstride + loc.i0 * s.v_sstride, loc.w};
     }
@@ -229,7 +221,7 @@ __device__ __forceinline__ void gather_tile(const Streams<value_t, stamp_t, MAXK
 __device__ __forceinline__ void tile_sync(int g, int TT) {
   if (TT == kThreads) {
     __syncthreads();
-  } else if (TT == kChunk) {
+  } else if (TT == kWarpLanes) {
     __syncwarp();
   } else {
     asm volatile("bar.sync %0, %1;" ::"r"(g + 1), "r"(TT) : "memory");
@@ -261,12 +253,12 @@ __global__ void __launch_bounds__(kThreads) multi_stream_backward_kernel(
     weight_t<stamp_t>* __restrict__ grad_query, int64_t num_chunks, int64_t chunks_per_row) {
   using W = weight_t<stamp_t>;
   using C = compute_t<value_t>;
-  const int64_t chunk = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / kChunk;
+  const int64_t chunk = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / kWarpLanes;
   if (chunk >= num_chunks) return;  // uniform across the warp
-  const int lane = threadIdx.x % kChunk;
+  const int lane = threadIdx.x % kWarpLanes;
   const int64_t b = chunk / chunks_per_row;
-  const int64_t t0 = (chunk - b * chunks_per_row) * kChunk;
-  const int nq = int(q.T - t0 < kChunk ? q.T - t0 : kChunk);
+  const int64_t t0 = (chunk - b * chunks_per_row) * kWarpLanes;
+  const int nq = int(q.T - t0 < kWarpLanes ? q.T - t0 : kWarpLanes);
   const bool mine = lane < nq;
   const stamp_t qv = mine ? q.query[b * q.q_bstride + (t0 + lane) * q.q_stride] : stamp_t(0);
   const value_t* grows = grad + b * g_bstride + t0 * g_tstride;
@@ -274,9 +266,9 @@ __global__ void __launch_bounds__(kThreads) multi_stream_backward_kernel(
   W slope = W(0);  // d loss / d (this lane's query)
   for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
     const auto& s = p.s[k];
-    const auto loc = warp_locate(s, b, qv, mine, lane, pivots + (threadIdx.x & ~(kChunk - 1)));
+    const auto loc = warp_locate(s, b, qv, mine, lane, pivots + (threadIdx.x & ~(kWarpLanes - 1)));
     const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
-    const int G = 1 << lg, per_iter = kChunk >> lg;
+    const int G = 1 << lg, per_iter = kWarpLanes >> lg;
     const int group = lane >> lg, sub = lane & (G - 1);
     const bool query_grad = grad_query != nullptr;
     if (s.D / VEC <= G) {
@@ -320,182 +312,6 @@ __global__ void __launch_bounds__(kThreads) multi_stream_backward_kernel(
     }
   }
   if (grad_query != nullptr && mine) grad_query[b * q.T + t0 + lane] = slope;
-}
-
-// ---------------------------------------------------------------------------
-// Host side
-// ---------------------------------------------------------------------------
-
-// log2 of the lanes per query: enough vectors to cover D, at most a warp.
-inline int group_log2(int64_t nvec) {
-  int lg = 0;
-  while (lg < 5 && (int64_t(1) << lg) < nvec) ++lg;
-  return lg;
-}
-
-inline bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
-// The backward kernel's chunks of kChunk queries of one batch row,
-// kThreads / kChunk chunks per block.
-struct ChunkGrid {
-  int64_t per_row, total;
-  unsigned int blocks;
-};
-
-inline ChunkGrid chunk_grid(int64_t B, int64_t T, const char* op) {
-  ChunkGrid g;
-  g.per_row = (T + kChunk - 1) / kChunk;
-  g.total = B * g.per_row;
-  const int64_t per_block = kThreads / kChunk;
-  const int64_t blocks = (g.total + per_block - 1) / per_block;
-  ROBOCACHE_CHECK(blocks <= int64_t(0x7fffffff), op, ": too many queries for one launch (", B * T,
-                  ")");
-  g.blocks = static_cast<unsigned int>(blocks);
-  return g;
-}
-
-template <typename value_t, typename stamp_t, int MAXK>
-Streams<value_t, stamp_t, MAXK> make_streams(const MultiStreamInputs& in, int64_t first,
-                                             int64_t count, const std::vector<int64_t>& cols,
-                                             int vec) {
-  Streams<value_t, stamp_t, MAXK> p{};
-  p.K = static_cast<int>(count);
-  for (int64_t k = 0; k < count; ++k) {
-    const int64_t j = first + k;
-    p.s[k] = stream_args<value_t, stamp_t>(in.values[j], in.times[j], in.lengths[j], in.modes[j]);
-    p.col[k] = cols[j];
-    p.grad_values[k] = nullptr;
-    p.log2G[k] = group_log2(in.values[j].size(2) / vec);
-  }
-  return p;
-}
-
-// The widest access (16 or 8 bytes, else one element) that every stream's
-// rows, and their columns in a row of `cols_total` channels starting at
-// `base`, allow: returned in elements.
-template <typename value_t>
-int vector_width(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
-                 int64_t cols_total, const void* base, int64_t base_bstride = 0,
-                 int64_t base_tstride = 0) {
-  for (const int bytes : {16, 8}) {
-    const int V = bytes / static_cast<int>(sizeof(value_t));
-    if (V <= 1) break;
-    bool ok = aligned(base, bytes) && cols_total % V == 0 && base_bstride % V == 0 &&
-              base_tstride % V == 0;
-    for (size_t k = 0; ok && k < in.values.size(); ++k) {
-      const at::Tensor& v = in.values[k];
-      ok = v.size(2) % V == 0 && v.stride(0) % V == 0 && v.stride(1) % V == 0 &&
-           cols[k] % V == 0 && aligned(v.data_ptr(), bytes);
-    }
-    if (ok) return V;
-  }
-  return 1;
-}
-
-// Launches `launch(streams_param, vec_width_tag, first_stream, launch_index)`
-// once per kMaxStreams streams (once for resample), with the kernel template
-// arguments chosen here: `vec` is vector_width's answer.
-template <typename value_t, typename stamp_t, typename F>
-void for_each_launch(const MultiStreamInputs& in, const std::vector<int64_t>& cols, int vec,
-                     F&& launch) {
-  const int64_t K = static_cast<int64_t>(in.values.size());
-  for (int64_t first = 0, index = 0; first < K; first += kMaxStreams, ++index) {
-    const int64_t count = std::min<int64_t>(kMaxStreams, K - first);
-    auto with_width = [&](auto vec_tag) {
-      constexpr int V = decltype(vec_tag)::value;
-      if (K == 1) {
-        launch(make_streams<value_t, stamp_t, 1>(in, 0, 1, cols, V), vec_tag, first, index);
-      } else {
-        launch(make_streams<value_t, stamp_t, kMaxStreams>(in, first, count, cols, V), vec_tag,
-               first, index);
-      }
-    };
-    constexpr int V16 = kVec16<value_t>, V8 = kVec8<value_t>;
-    if (vec == V16) {
-      with_width(std::integral_constant<int, V16>{});
-    } else if (V8 > 1 && vec == V8) {
-      with_width(std::integral_constant<int, (V8 > 1 ? V8 : V16)>{});
-    } else {
-      with_width(std::integral_constant<int, 1>{});
-    }
-  }
-}
-
-// The forward kernel's tiles: `threads` (32, 64, 128 or 256: a block holds
-// kThreads / threads tiles) take `queries` queries (a power of two in
-// [32, 256]). Measured on an H200 (docs/performance.md):
-//  - several streams (fuse): a whole block shares a tile, so that the
-//    searches of every stream and the rows of a few wide queries spread over
-//    256 threads;
-//  - one stream: four tiles of 64 threads a block, each of up to 256 queries
-//    (up to four searches a thread), so that the tiles of a block search at
-//    different times and each search phase is amortized over many rows.
-// Fewer queries a tile when the launch would have fewer than 8 tiles for
-// each multiprocessor, or a thread more than `items` output vectors.
-struct ForwardTile {
-  int threads, queries;
-};
-
-inline ForwardTile forward_tile(int64_t n, int64_t vectors_per_query, int K) {
-  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  ForwardTile t{K == 1 ? 64 : kThreads, 256};
-  const int64_t items = K == 1 ? 128 : 16;
-  while (t.queries > kChunk &&
-         (t.queries * vectors_per_query > items * t.threads || n < t.queries * sms * 8 ||
-          (kThreads / t.threads) * t.queries * K > kMaxPairs)) {
-    t.queries >>= 1;
-  }
-  return t;
-}
-
-// out: (B, T, cols_total) contiguous; stream k writes columns [cols[k], cols[k] + D_k).
-template <typename value_t, typename stamp_t>
-void launch_multi_stream_forward(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
-                                 at::Tensor& out, const char* op) {
-  const auto q = query_args<stamp_t>(in.query);
-  const int64_t out_cols = out.size(2);
-  const int64_t n = out.size(0) * out.size(1);
-  auto stream = at::cuda::getCurrentCUDAStream();
-  value_t* o = out.data_ptr<value_t>();
-  const int vec = vector_width<value_t>(in, cols, out_cols, o);
-  const int K = static_cast<int>(std::min<int64_t>(in.values.size(), kMaxStreams));
-  const auto tile = forward_tile(n, out_cols / vec, K);
-  const int64_t per_block = int64_t(tile.queries) * (kThreads / tile.threads);
-  const int64_t blocks = (n + per_block - 1) / per_block;
-  ROBOCACHE_CHECK(blocks <= int64_t(0x7fffffff), op, ": too many queries for one launch (", n, ")");
-  for_each_launch<value_t, stamp_t>(in, cols, vec, [&](const auto& p, auto vec_tag, int64_t, int64_t) {
-    constexpr int VEC = decltype(vec_tag)::value;
-    constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
-    multi_stream_forward_kernel<VEC, MAXK><<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>(
-        p, q, o, out_cols, n, tile.queries, tile.threads);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
-}
-
-// grad: (B, T, cols_total) with unit stride along channels. grad_values[k] is
-// a zeroed (B, S_k, D_k) accumulator or nullptr. The query gradient of launch
-// i (one per kMaxStreams streams) goes to grad_query_parts + i * B * T.
-template <typename value_t, typename stamp_t>
-void launch_multi_stream_backward(const MultiStreamInputs& in, const std::vector<int64_t>& cols,
-                                  const at::Tensor& grad,
-                                  const std::vector<compute_t<value_t>*>& grad_values,
-                                  weight_t<stamp_t>* grad_query_parts, const char* op) {
-  const auto q = query_args<stamp_t>(in.query);
-  const auto grid = chunk_grid(grad.size(0), grad.size(1), op);
-  const int64_t n = grad.size(0) * grad.size(1);
-  auto stream = at::cuda::getCurrentCUDAStream();
-  const value_t* g = grad.data_ptr<value_t>();
-  const int64_t gb = grad.stride(0), gt = grad.stride(1);
-  const int vec = vector_width<value_t>(in, cols, grad.size(2), g, gb, gt);
-  for_each_launch<value_t, stamp_t>(in, cols, vec, [&](auto p, auto vec_tag, int64_t first, int64_t index) {
-    constexpr int VEC = decltype(vec_tag)::value;
-    constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
-    for (int k = 0; k < p.K; ++k) p.grad_values[k] = grad_values[first + k];
-    auto* gq = grad_query_parts ? grad_query_parts + index * n : nullptr;
-    multi_stream_backward_kernel<VEC, MAXK><<<grid.blocks, kThreads, 0, stream>>>(
-        p, q, g, gb, gt, gq, grid.total, grid.per_row);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
 }
 
 }  // namespace robocache

@@ -355,22 +355,32 @@ MultiStreamInputs resample_inputs(const at::Tensor& values, const at::Tensor& ti
   return prepare_inputs({values}, {times}, query_times, {lengths}, {m});
 }
 
+FuseChecked check_fuse_inputs(at::TensorList values, at::TensorList times,
+                              const at::Tensor& query_times,
+                              const std::optional<at::Tensor>& lengths, c10::string_view modes) {
+  constexpr const char* op = "robocache.fuse";
+  ROBOCACHE_CHECK_VALUE(!values.empty(), op, ": needs at least one stream; got an empty list");
+  FuseChecked out;
+  out.lengths = lengths_per_stream(lengths, values.size(), op);
+  out.modes = modes_per_stream(modes, values.size(), op);
+  out.sizes = check_multi_stream_inputs(values, times, query_times, out.lengths, op);
+  return out;
+}
+
 MultiStreamInputs fuse_inputs(at::TensorList values, at::TensorList times,
                               const at::Tensor& query_times,
                               const std::optional<at::Tensor>& lengths, c10::string_view modes,
                               bool host_lengths) {
   constexpr const char* op = "robocache.fuse";
-  ROBOCACHE_CHECK_VALUE(!values.empty(), op, ": needs at least one stream; got an empty list");
-  const auto len = lengths_per_stream(lengths, values.size(), op);
-  auto m = modes_per_stream(modes, values.size(), op);
-  check_multi_stream_inputs(values, times, query_times, len, op);
+  auto checked = check_fuse_inputs(values, times, query_times, lengths, modes);
+  const auto& len = checked.lengths;
   for (size_t k = 0; host_lengths && k < len.size(); ++k) {
     if (len[k].has_value()) {
       check_lengths_in_range(*len[k], 1, values[k].size(1), "S",
                              std::string(op) + ": stream " + std::to_string(k));
     }
   }
-  return prepare_inputs(values, times, query_times, len, std::move(m));
+  return prepare_inputs(values, times, query_times, len, std::move(checked.modes));
 }
 
 void check_backward_args(const MultiStreamInputs& in, const at::Tensor& grad_out,
@@ -398,14 +408,31 @@ VoxelInputs voxelize_inputs(const at::Tensor& points, const std::optional<at::Te
   return prepare_voxel_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce);
 }
 
+void check_voxelize_grad(const at::Tensor& grad, const at::Tensor& result,
+                         const VoxelizeSizes& n, c10::SymIntArrayRef grid_size, Reduce reduce,
+                         const std::string& op) {
+  ROBOCACHE_CHECK_VALUE(reduce_needs_features(reduce), op,
+                        ": only sum, mean and max have a gradient; got reduce='",
+                        reduce == Reduce::Count ? "count" : "occupancy", "'");
+  const auto shape = voxelize_result_shape(n, grid_size, reduce);
+  for (const auto* t : {&grad, &result}) {
+    const char* name = t == &grad ? "grad" : "result";
+    bool same = t->dim() == int64_t(shape.size());
+    for (size_t d = 0; same && d < shape.size(); ++d) {
+      ROBOCACHE_SYM_CHECK(t->sym_size(int64_t(d)).sym_eq(shape[d]), op, ": ", name,
+                          " must have the result's shape ", shape, "; got ", shape_str(*t));
+    }
+    ROBOCACHE_CHECK_VALUE(same, op, ": ", name, " must have the result's shape ", shape, "; got ",
+                          shape_str(*t));
+  }
+}
+
 void check_voxelize_backward_args(const VoxelInputs& in, const at::Tensor& grad,
                                   const at::Tensor& result, c10::string_view reduce) {
-  constexpr const char* op = "robocache.voxelize";
-  ROBOCACHE_CHECK_VALUE(reduce_needs_features(in.reduce), op,
-                        ": only sum, mean and max have a gradient; got reduce='",
-                        std::string(reduce), "'");
-  ROBOCACHE_CHECK_VALUE(grad.sizes() == result.sizes(), op, ": grad must have the result's shape ",
-                        result.sizes(), "; got ", grad.sizes());
+  (void)reduce;
+  const VoxelizeSizes n{in.batched, in.B(), in.N(), in.C()};
+  const std::vector<c10::SymInt> grid{in.grid[0], in.grid[1], in.grid[2]};
+  check_voxelize_grad(grad, result, n, grid, in.reduce, "robocache.voxelize");
 }
 
 }  // namespace robocache

@@ -330,3 +330,17 @@ def test_cuda_tensor_on_a_build_without_cuda_kernels(monkeypatch):
     values = torch.Tensor._make_subclass(_PretendCuda, values)
     with pytest.raises(RuntimeError, match="built without its CUDA kernels.*FORCE_CUDA=1"):
         robocache.resample(values, times, query)
+
+
+# ---------------------------------------------------------------------------
+# One symbolic check per op, shared by CPU, CUDA and Meta
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device_name", ["cpu", "meta"])
+def test_voxelize_backward_checks_the_grad_shape_on_every_backend(device_name):
+    points = torch.rand(2, 10, 3, device=device_name)
+    features = torch.randn(2, 10, 4, device=device_name)
+    grad = torch.randn(2, 4, 3, 3, 2, device=device_name)  # the result is (2, 4, 3, 3, 3)
+    with pytest.raises(ValueError, match=r"grad must have the result's shape \[2, 4, 3, 3, 3\]"):
+        torch.ops.robocache._voxelize_backward(grad, points, features, None, [3, 3, 3], [0.4],
+                                               [0.0, 0.0, 0.0], "sum", grad)

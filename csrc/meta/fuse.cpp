@@ -13,12 +13,8 @@ constexpr const char* kOp = "robocache.fuse";
 
 MultiStreamSizes checked_sizes(at::TensorList values, at::TensorList times,
                                const at::Tensor& query_times,
-                               const std::optional<at::Tensor>& lengths,
-                               c10::string_view modes) {
-  ROBOCACHE_CHECK_VALUE(!values.empty(), kOp, ": needs at least one stream; got an empty list");
-  const auto len = lengths_per_stream(lengths, values.size(), kOp);
-  modes_per_stream(modes, values.size(), kOp);
-  return check_multi_stream_inputs(values, times, query_times, len, kOp);
+                               const std::optional<at::Tensor>& lengths, c10::string_view modes) {
+  return check_fuse_inputs(values, times, query_times, lengths, modes).sizes;
 }
 
 at::Tensor fuse_meta(at::TensorList values, at::TensorList times, const at::Tensor& query_times,

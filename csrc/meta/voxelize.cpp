@@ -35,9 +35,9 @@ at::Tensor voxelize_backward_meta(const at::Tensor& grad, const at::Tensor& poin
                                   at::ArrayRef<double> origin, c10::string_view reduce_str,
                                   const at::Tensor& result) {
   const Reduce reduce = parse_reduce(reduce_str, kOp);
-  check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce, kOp);
-  ROBOCACHE_CHECK_VALUE(reduce_needs_features(reduce), kOp,
-                    ": only sum, mean and max have a gradient; got reduce='", std::string(reduce_str), "'");
+  const auto n = check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
+                                       reduce, kOp);
+  check_voxelize_grad(grad, result, n, grid_size, reduce, kOp);
   return at::empty_symint(features.sym_sizes(), features.options());
 }
 

@@ -93,6 +93,16 @@ MultiStreamInputs resample_inputs(const at::Tensor& values, const at::Tensor& ti
                                   const at::Tensor& query_times,
                                   const std::optional<at::Tensor>& lengths,
                                   c10::string_view mode, bool host_lengths);
+// fuse's whole symbolic check, shared by CPU, CUDA and Meta: its sizes, and
+// each stream's lengths row and mode.
+struct FuseChecked {
+  MultiStreamSizes sizes;
+  std::vector<std::optional<at::Tensor>> lengths;
+  std::vector<Mode> modes;
+};
+FuseChecked check_fuse_inputs(at::TensorList values, at::TensorList times,
+                              const at::Tensor& query_times,
+                              const std::optional<at::Tensor>& lengths, c10::string_view modes);
 MultiStreamInputs fuse_inputs(at::TensorList values, at::TensorList times,
                               const at::Tensor& query_times,
                               const std::optional<at::Tensor>& lengths, c10::string_view modes,
@@ -106,7 +116,12 @@ VoxelInputs voxelize_inputs(const at::Tensor& points, const std::optional<at::Te
                             const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
                             at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
                             c10::string_view reduce, bool host_lengths);
-// voxelize's backward: a reduce with a gradient, and grad shaped like result.
+// voxelize's backward, on symbolic sizes (CPU, CUDA and Meta): a reduce with a
+// gradient, and grad and result shaped like voxelize's result.
+void check_voxelize_grad(const at::Tensor& grad, const at::Tensor& result,
+                         const VoxelizeSizes& n, c10::SymIntArrayRef grid_size, Reduce reduce,
+                         const std::string& op);
+// The same, on a backend's validated inputs.
 void check_voxelize_backward_args(const VoxelInputs& in, const at::Tensor& grad,
                                   const at::Tensor& result, c10::string_view reduce);
 

@@ -1,5 +1,6 @@
 """Load a CUDA build of robocache's library (no GPU needed) and check that
 every operator has its CUDA kernel registered."""
+
 import glob
 import os
 import sys
@@ -15,5 +16,7 @@ ops = [name for name in torch._C._dispatch_get_all_op_names() if name.startswith
 missing = [op for op in ops if not torch._C._dispatch_has_kernel_for_dispatch_key(op, "CUDA")]
 if not ops or missing:
     sys.exit(f"robocache CUDA build: operators without a CUDA kernel: {missing or 'no operators'}")
-print(f"CUDA build OK with torch {torch.__version__}: {len(ops)} operators with CUDA kernels: "
-      + ", ".join(sorted(ops)))
+print(
+    f"CUDA build OK with torch {torch.__version__}: {len(ops)} operators with CUDA kernels: "
+    + ", ".join(sorted(ops))
+)

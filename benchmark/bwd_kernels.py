@@ -4,10 +4,11 @@ benchmark's case), shuffled, in order with mode "nearest", and in order at
 four times as many queries. Needs a GPU.
 
     python benchmark/bwd_kernels.py"""
+
 import torch
+from kernel_times import parse_args, print_kernel_times
 
 import robocache  # noqa: F401  (registers the operators)
-from kernel_times import parse_args, print_kernel_times
 
 
 def main(argv=None):
@@ -22,12 +23,18 @@ def main(argv=None):
     shuffled = query[:, torch.randperm(T, device=dev)]
     up = torch.sort(torch.rand(B, 4 * T, device=dev) * 10, dim=1).values
     grad_up = torch.randn(B, 4 * T, D, device=dev)
-    for name, q, g, mode in [("queries in order", query, grad, "linear"),
-                             ("queries shuffled", shuffled, grad, "linear"),
-                             ("queries in order, nearest", query, grad, "nearest"),
-                             ("4x upsampling (T = 8192), queries in order", up, grad_up, "linear")]:
-        print_kernel_times(name, lambda q=q, g=g, mode=mode: torch.ops.robocache._resample_backward(
-            g, values, times, q, None, mode, True, True))
+    for name, q, g, mode in [
+        ("queries in order", query, grad, "linear"),
+        ("queries shuffled", shuffled, grad, "linear"),
+        ("queries in order, nearest", query, grad, "nearest"),
+        ("4x upsampling (T = 8192), queries in order", up, grad_up, "linear"),
+    ]:
+        print_kernel_times(
+            name,
+            lambda q=q, g=g, mode=mode: torch.ops.robocache._resample_backward(
+                g, values, times, q, None, mode, True, True
+            ),
+        )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Shared by the profiling scripts in benchmark/: the per-kernel GPU time of a
 call (torch.profiler medians over repeated calls), and the command line that
 each script has (``--help``, and a clear exit where there is no GPU)."""
+
 import argparse
 import collections
 import statistics
@@ -16,16 +17,19 @@ def parse_args(doc, argv=None, add_arguments=None):
     """Parses a profiling script's command line (its docstring is the help),
     then exits with a message unless a GPU and robocache's CUDA kernels are
     both present."""
-    parser = argparse.ArgumentParser(description=doc,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit(f"{parser.prog}: needs a CUDA GPU; torch {torch.__version__} sees none.")
     if not robocache.is_cuda_available():
-        sys.exit(f"{parser.prog}: this robocache was built without CUDA kernels; rebuild it "
-                 "with a CUDA build of torch and nvcc on PATH (see the README).")
+        sys.exit(
+            f"{parser.prog}: this robocache was built without CUDA kernels; rebuild it "
+            "with a CUDA build of torch and nvcc on PATH (see the README)."
+        )
     return args
 
 

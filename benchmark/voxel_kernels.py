@@ -2,10 +2,11 @@
 benchmark cases: which pass of a voxelize call takes the time. Needs a GPU.
 
     python benchmark/voxel_kernels.py"""
+
 import torch
+from kernel_times import parse_args, print_kernel_times
 
 import robocache
-from kernel_times import parse_args, print_kernel_times
 from robocache.episodes import depth_camera_cloud
 
 
@@ -18,10 +19,15 @@ def main(argv=None):
     pts, feats = torch.rand(8, 65536, 3, device=dev), torch.randn(8, 65536, 6, device=dev)
     big = torch.rand(32, 100000, 3, device=dev)
     cases = {
-        "count uniform": lambda: robocache.voxelize(uni, (100,) * 3, 0.01, (0, 0, 0), reduce="count"),
-        "count depth": lambda: robocache.voxelize(depth, (100,) * 3, 0.01, (0, 0, 0), reduce="count"),
-        "mean 6": lambda: robocache.voxelize(pts, (100,) * 3, 0.01, (0, 0, 0), features=feats,
-                                             reduce="mean"),
+        "count uniform": lambda: robocache.voxelize(
+            uni, (100,) * 3, 0.01, (0, 0, 0), reduce="count"
+        ),
+        "count depth": lambda: robocache.voxelize(
+            depth, (100,) * 3, 0.01, (0, 0, 0), reduce="count"
+        ),
+        "mean 6": lambda: robocache.voxelize(
+            pts, (100,) * 3, 0.01, (0, 0, 0), features=feats, reduce="mean"
+        ),
         "occupancy 128^3": lambda: robocache.voxelize(big, (128,) * 3, 1 / 128, (0, 0, 0)),
     }
     for name, fn in cases.items():

@@ -14,6 +14,7 @@ Runs end to end on data generated in memory (no download):
 
 It prints what it did and how long each stage took on the device it found.
 """
+
 import os
 import sys
 import time
@@ -52,7 +53,9 @@ def main():
     print(f"1. generated 32 episodes of 4 s in {(time.perf_counter() - t0) * 1e3:.0f} ms:")
     for key, s in streams.items():
         dropped = 1 - s.lengths.sum().item() / s.lengths.numel() / s.values.shape[1]
-        print(f"     {key:<8} {tuple(s.values.shape)}  int64 ns clock, {100 * dropped:.1f}% samples dropped")
+        print(
+            f"     {key:<8} {tuple(s.values.shape)}  int64 ns clock, {100 * dropped:.1f}% samples dropped"
+        )
     print(f"     control timeline {tuple(control_t.shape)} at 50 Hz\n")
 
     pairs = [s.as_tuple() for s in streams.values()]
@@ -60,8 +63,10 @@ def main():
     fused, ms = timed(lambda: robocache.fuse(pairs, control_t, modes=modes), device)
     ref, ref_ms = timed(lambda: robocache.reference.fuse(pairs, control_t, modes), device)
     err = (fused - ref).abs().max().item()
-    print(f"2. fuse -> {tuple(fused.shape)}: robocache {ms:.3f} ms, pytorch reference {ref_ms:.3f} ms "
-          f"({ref_ms / ms:.1f}x), max |diff| {err:.1e}")
+    print(
+        f"2. fuse -> {tuple(fused.shape)}: robocache {ms:.3f} ms, pytorch reference {ref_ms:.3f} ms "
+        f"({ref_ms / ms:.1f}x), max |diff| {err:.1e}"
+    )
     assert err < 1e-5, "fuse disagrees with the reference"
 
     clouds = depth_camera_cloud(8, device=device)
@@ -69,8 +74,10 @@ def main():
     grid, ms = timed(lambda: robocache.voxelize(clouds, *args), device)
     ref, ref_ms = timed(lambda: robocache.reference.voxelize(clouds, *args), device)
     assert torch.equal(grid, ref), "voxelize disagrees with the reference"
-    print(f"3. voxelize 8 depth-camera clouds {tuple(clouds.shape)} -> {tuple(grid.shape)} occupancy: "
-          f"robocache {ms:.3f} ms, pytorch reference {ref_ms:.3f} ms ({ref_ms / ms:.1f}x), equal\n")
+    print(
+        f"3. voxelize 8 depth-camera clouds {tuple(clouds.shape)} -> {tuple(grid.shape)} occupancy: "
+        f"robocache {ms:.3f} ms, pytorch reference {ref_ms:.3f} ms ({ref_ms / ms:.1f}x), equal\n"
+    )
 
     torch.manual_seed(0)
     policy = MultiRatePolicy().to(device).eval()
@@ -84,8 +91,10 @@ def main():
         out, compiled_ms = timed(lambda: compiled(*x), device)
     err = (out - actions).abs().max().item()
     print(f"4. policy (fuse + voxelize + Conv3d/MLP in forward) -> actions {tuple(actions.shape)}:")
-    print(f"     eager {eager_ms:.3f} ms; torch.compile(fullgraph=True): compiled in {compile_s:.1f} s, "
-          f"then {compiled_ms:.3f} ms; max |diff| {err:.1e}")
+    print(
+        f"     eager {eager_ms:.3f} ms; torch.compile(fullgraph=True): compiled in {compile_s:.1f} s, "
+        f"then {compiled_ms:.3f} ms; max |diff| {err:.1e}"
+    )
 
 
 if __name__ == "__main__":

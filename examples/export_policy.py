@@ -9,6 +9,7 @@
 
     python examples/export_policy.py [OUT_DIR] [--no-aoti]
 """
+
 import os
 import subprocess
 import sys
@@ -40,7 +41,8 @@ def export(policy, inputs, out_dir, aoti=True):
     package = None
     if aoti:
         package = torch._inductor.aoti_compile_and_package(
-            ep, package_path=os.path.join(out_dir, "policy_aoti.pt2"))
+            ep, package_path=os.path.join(out_dir, "policy_aoti.pt2")
+        )
     return ep, program, package
 
 
@@ -50,8 +52,11 @@ def main(argv):
     torch.manual_seed(0)
     policy = MultiRatePolicy().eval()
     ep, program, package = export(policy, example_inputs(B=4, seconds=1.0), out_dir, aoti)
-    robocache_nodes = [str(n.target) for n in ep.graph.nodes
-                       if n.op == "call_function" and "robocache" in str(n.target)]
+    robocache_nodes = [
+        str(n.target)
+        for n in ep.graph.nodes
+        if n.op == "call_function" and "robocache" in str(n.target)
+    ]
     print(f"exported: {program}; robocache nodes in the graph: {robocache_nodes}")
     # Check on other shapes than the ones exported with.
     check_inputs = example_inputs(B=3, seconds=1.5, seed=1, points=3000)
@@ -63,8 +68,9 @@ def main(argv):
     for path, kind in [(program, "export"), (package, "aoti")]:
         if path is None:
             continue
-        result = subprocess.run([sys.executable, runner, kind, path, reference],
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            [sys.executable, runner, kind, path, reference], capture_output=True, text=True
+        )
         print(result.stdout.strip() or result.stderr.strip())
         if result.returncode != 0:
             raise SystemExit(f"{kind}: the fresh process failed:\n{result.stderr}")

@@ -6,6 +6,7 @@ The robocache operators must be registered before the graph runs: importing
 robocache loads its library (a C++ deployment loads the same shared library,
 robocache/_C*.so, with dlopen before loading the package).
 """
+
 import sys
 
 import torch

@@ -11,10 +11,11 @@ The terms the operators do not compute themselves (gradients with respect
 to the sample times, tangents, and the derivatives of the backward) are
 written with ordinary torch ops in ``_interp_grad.py``.
 """
+
 import torch
-from torch.autograd import forward_ad
 from torch._C._functorch import TransformType
 from torch._functorch.utils import enable_single_level_autograd_function
+from torch.autograd import forward_ad
 
 from . import _interp_grad as ig
 from ._interp_grad import Segments
@@ -56,15 +57,19 @@ def _refuse_nested_differentiation(function):
     """The Function records its graph at one functorch level; an enclosing
     grad or jvp level would see the op as a constant and get a silently zero
     derivative. Nested transforms (hessian, jacfwd(jacrev), grad(grad)) raise."""
-    levels = [i for i in torch._C._functorch.get_interpreter_stack() or []
-              if i.key() in (TransformType.Grad, TransformType.Jvp)]
+    levels = [
+        i
+        for i in torch._C._functorch.get_interpreter_stack() or []
+        if i.key() in (TransformType.Grad, TransformType.Jvp)
+    ]
     if len(levels) > 1:
         name = function.__name__.lstrip("_").lower()
         raise NotImplementedError(
             f"robocache ({name}): nested torch.func differentiation (hessian, jacfwd(jacrev), "
             "grad(grad), ...) is not supported; one level of grad, vjp, jacrev, jvp or jacfwd "
             "is, under any vmap. For higher orders use torch.autograd.grad(..., "
-            "create_graph=True), which supports double backward.")
+            "create_graph=True), which supports double backward."
+        )
 
 
 def _apply(function, args):
@@ -89,6 +94,7 @@ def _defined(x):
 # resample
 # ---------------------------------------------------------------------------
 
+
 class _Resample(torch.autograd.Function):
     generate_vmap_rule = True
 
@@ -108,19 +114,26 @@ class _Resample(torch.autograd.Function):
         values, times, query_times, lengths = ctx.saved_tensors
         need_values, need_times, need_query = ctx.needs_input_grad[:3]
         grad_values, grad_query = _OPS._resample_backward(
-            grad, values, times, query_times, lengths, ctx.mode, need_values, need_query)
+            grad, values, times, query_times, lengths, ctx.mode, need_values, need_query
+        )
         grad_times = None
         if need_times:
             seg = Segments(values, times, query_times, lengths, ctx.mode)
             grad_times = ig.times_grad(seg, grad, values, times)
-        return (grad_values if need_values else None, grad_times,
-                grad_query if need_query else None, None, None)
+        return (
+            grad_values if need_values else None,
+            grad_times,
+            grad_query if need_query else None,
+            None,
+            None,
+        )
 
     @staticmethod
     def jvp(ctx, values_t, times_t, query_t, lengths_t, mode_t):
         values, times, query_times, lengths = ctx.saved_tensors
-        return _stream_tangent(values, times, query_times, lengths, ctx.mode, values_t, times_t,
-                               query_t)
+        return _stream_tangent(
+            values, times, query_times, lengths, ctx.mode, values_t, times_t, query_t
+        )
 
 
 def _stream_tangent(values, times, query_times, lengths, mode, values_t, times_t, query_t):
@@ -141,8 +154,17 @@ class _ResampleBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(grad_out, values, times, query_times, lengths, mode, values_grad, query_grad):
-        return _below_autograd(_OPS._resample_backward, grad_out, values, times, query_times,
-                               lengths, mode, values_grad, query_grad)
+        return _below_autograd(
+            _OPS._resample_backward,
+            grad_out,
+            values,
+            times,
+            query_times,
+            lengths,
+            mode,
+            values_grad,
+            query_grad,
+        )
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -158,20 +180,40 @@ class _ResampleBackward(torch.autograd.Function):
         up_values = up_values if ctx.values_grad and _defined(up_values) else None
         up_query = up_query if ctx.query_grad and _defined(up_query) else None
         d_grad, d_values, d_times, d_query = _stream_adjoint(
-            grad_out, values, times, query_times, lengths, ctx.mode, up_values, up_query,
-            (needs[0], needs[1], needs[2], needs[3]))
+            grad_out,
+            values,
+            times,
+            query_times,
+            lengths,
+            ctx.mode,
+            up_values,
+            up_query,
+            (needs[0], needs[1], needs[2], needs[3]),
+        )
         return d_grad, d_values, d_times, d_query, None, None, None, None
 
     @staticmethod
     def jvp(ctx, grad_t, values_t, times_t, query_t, *rest):
         grad_out, values, times, query_times, lengths = ctx.saved_tensors
-        return _stream_backward_tangent(grad_out, values, times, query_times, lengths, ctx.mode,
-                                        grad_t, values_t, times_t, query_t, ctx.values_grad,
-                                        ctx.query_grad)
+        return _stream_backward_tangent(
+            grad_out,
+            values,
+            times,
+            query_times,
+            lengths,
+            ctx.mode,
+            grad_t,
+            values_t,
+            times_t,
+            query_t,
+            ctx.values_grad,
+            ctx.query_grad,
+        )
 
 
-def _stream_adjoint(grad_out, values, times, query_times, lengths, mode, up_values, up_query,
-                    needs):
+def _stream_adjoint(
+    grad_out, values, times, query_times, lengths, mode, up_values, up_query, needs
+):
     """The backward's adjoint for one stream (grad_out holds that stream's
     columns): (d_grad_out, d_values, d_times, d_query), each None when not
     needed or zero, except d_grad_out, which is zeros when needed."""
@@ -188,7 +230,8 @@ def _stream_adjoint(grad_out, values, times, query_times, lengths, mode, up_valu
     d_grad, d_values, d_times, d_query = resample_up, None, None, None
     if seg is not None:
         d_grad, d_values, d_times, d_query = ig.backward_adjoint(
-            seg, grad_out, values, times, up_query, resample_up, query_grad_of_up, needs)
+            seg, grad_out, values, times, up_query, resample_up, query_grad_of_up, needs
+        )
     if needs[0]:
         d_grad = grad_out.new_zeros(grad_out.shape) if d_grad is None else d_grad.to(grad_out.dtype)
     if d_query is not None:
@@ -196,22 +239,36 @@ def _stream_adjoint(grad_out, values, times, query_times, lengths, mode, up_valu
     return d_grad, d_values, d_times, d_query
 
 
-def _stream_backward_tangent(grad_out, values, times, query_times, lengths, mode, grad_t,
-                             values_t, times_t, query_t, values_grad, query_grad):
+def _stream_backward_tangent(
+    grad_out,
+    values,
+    times,
+    query_times,
+    lengths,
+    mode,
+    grad_t,
+    values_t,
+    times_t,
+    query_t,
+    values_grad,
+    query_grad,
+):
     """Tangents of one stream's (grad_values, grad_query)."""
     seg = Segments(values, times, query_times, lengths, mode)
     values_grad_of_t = None
     if grad_t is not None and values_grad:
-        values_grad_of_t = _OPS._resample_backward(grad_t, values, times, query_times, lengths,
-                                                   mode, True, False)[0]
+        values_grad_of_t = _OPS._resample_backward(
+            grad_t, values, times, query_times, lengths, mode, True, False
+        )[0]
     query_grad_of_t = None
     if grad_t is not None:
         query_grad_of_t = seg.per_query(grad_t, values)
     if values_t is not None:
         term = seg.per_query(grad_out, values_t)
         query_grad_of_t = term if query_grad_of_t is None else query_grad_of_t + term
-    d_values, d_query = ig.backward_tangent(seg, grad_out, values, query_t, times_t,
-                                            values_grad_of_t, query_grad_of_t)
+    d_values, d_query = ig.backward_tangent(
+        seg, grad_out, values, query_t, times_t, values_grad_of_t, query_grad_of_t
+    )
     d_values = d_values.to(values.dtype) if values_grad else values.new_empty(0)
     d_query = d_query.to(query_times.dtype) if query_grad else query_times.new_empty(0)
     return d_values, d_query
@@ -220,6 +277,7 @@ def _stream_backward_tangent(grad_out, values, times, query_times, lengths, mode
 # ---------------------------------------------------------------------------
 # fuse: tensor lists are spread out for autograd as (K, *values, *times, ...)
 # ---------------------------------------------------------------------------
+
 
 def _fuse_columns(values):
     cols, start = [], 0
@@ -242,8 +300,8 @@ class _Fuse(torch.autograd.Function):
 
     @staticmethod
     def forward(K, *flat):
-        values, times = list(flat[:K]), list(flat[K:2 * K])
-        query_times, lengths, modes = flat[2 * K:]
+        values, times = list(flat[:K]), list(flat[K : 2 * K])
+        query_times, lengths, modes = flat[2 * K :]
         return _below_autograd(_OPS.fuse, values, times, query_times, lengths, modes)
 
     @staticmethod
@@ -256,7 +314,7 @@ class _Fuse(torch.autograd.Function):
     def _unpack(ctx):
         K = ctx.K
         saved = ctx.saved_tensors
-        values, times = saved[:K], saved[K:2 * K]
+        values, times = saved[:K], saved[K : 2 * K]
         query_times, lengths = saved[2 * K], saved[2 * K + 1]
         rows, modes = _fuse_split(lengths, ctx.modes, K)
         return values, times, query_times, lengths, rows, modes
@@ -266,11 +324,18 @@ class _Fuse(torch.autograd.Function):
         K = ctx.K
         values, times, query_times, lengths, rows, modes = _Fuse._unpack(ctx)
         needs = ctx.needs_input_grad  # (K, *values, *times, query, lengths, modes)
-        need_values = [bool(n) for n in needs[1:1 + K]]
+        need_values = [bool(n) for n in needs[1 : 1 + K]]
         need_query = bool(needs[1 + 2 * K])
         grad_values, grad_query = _OPS._fuse_backward(
-            grad, list(values), list(times), query_times, lengths, ctx.modes, need_values,
-            need_query)
+            grad,
+            list(values),
+            list(times),
+            query_times,
+            lengths,
+            ctx.modes,
+            need_values,
+            need_query,
+        )
         cols = _fuse_columns(values)
         grad_times = []
         for k in range(K):
@@ -279,16 +344,32 @@ class _Fuse(torch.autograd.Function):
                 seg = Segments(values[k], times[k], query_times, rows[k], modes[k])
                 g = ig.times_grad(seg, grad[..., cols[k]], values[k], times[k])
             grad_times.append(g)
-        return (None, *[g if n else None for g, n in zip(grad_values, need_values)],
-                *grad_times, grad_query if need_query else None, None, None)
+        return (
+            None,
+            *[g if n else None for g, n in zip(grad_values, need_values)],
+            *grad_times,
+            grad_query if need_query else None,
+            None,
+            None,
+        )
 
     @staticmethod
     def jvp(ctx, K_t, *tangents):
         K = ctx.K
         values, times, query_times, lengths, rows, modes = _Fuse._unpack(ctx)
-        parts = [_stream_tangent(values[k], times[k], query_times, rows[k], modes[k],
-                                 tangents[k], tangents[K + k], tangents[2 * K])
-                 for k in range(K)]
+        parts = [
+            _stream_tangent(
+                values[k],
+                times[k],
+                query_times,
+                rows[k],
+                modes[k],
+                tangents[k],
+                tangents[K + k],
+                tangents[2 * K],
+            )
+            for k in range(K)
+        ]
         return torch.cat(parts, dim=-1)
 
 
@@ -297,11 +378,19 @@ class _FuseBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(K, grad_out, *flat):
-        values, times = list(flat[:K]), list(flat[K:2 * K])
-        query_times, lengths, modes, values_grad, query_grad = flat[2 * K:]
+        values, times = list(flat[:K]), list(flat[K : 2 * K])
+        query_times, lengths, modes, values_grad, query_grad = flat[2 * K :]
         grad_values, grad_query = _below_autograd(
-            _OPS._fuse_backward, grad_out, values, times, query_times, lengths, modes,
-            values_grad, query_grad)
+            _OPS._fuse_backward,
+            grad_out,
+            values,
+            times,
+            query_times,
+            lengths,
+            modes,
+            values_grad,
+            query_grad,
+        )
         return (*grad_values, grad_query)
 
     @staticmethod
@@ -320,7 +409,7 @@ class _FuseBackward(torch.autograd.Function):
         K = ctx.K
         saved = ctx.saved_tensors
         grad_out = saved[0]
-        values, times = saved[1:1 + K], saved[1 + K:1 + 2 * K]
+        values, times = saved[1 : 1 + K], saved[1 + K : 1 + 2 * K]
         query_times, lengths = saved[1 + 2 * K], saved[2 + 2 * K]
         rows, modes = _fuse_split(lengths, ctx.modes, K)
         return grad_out, values, times, query_times, rows, modes, _fuse_columns(values)
@@ -335,8 +424,16 @@ class _FuseBackward(torch.autograd.Function):
         for k in range(K):
             up_values = ups[k] if ctx.values_grad[k] and _defined(ups[k]) else None
             g_k, v_k, t_k, q_k = _stream_adjoint(
-                grad_out[..., cols[k]], values[k], times[k], query_times, rows[k], modes[k],
-                up_values, up_query, (True, needs[2 + k], needs[2 + K + k], needs[2 + 2 * K]))
+                grad_out[..., cols[k]],
+                values[k],
+                times[k],
+                query_times,
+                rows[k],
+                modes[k],
+                up_values,
+                up_query,
+                (True, needs[2 + k], needs[2 + K + k], needs[2 + 2 * K]),
+            )
             d_grads.append(g_k)
             d_values.append(v_k)
             d_times.append(t_k)
@@ -352,9 +449,19 @@ class _FuseBackward(torch.autograd.Function):
         d_values, d_query = [], None
         for k in range(K):
             v_k, q_k = _stream_backward_tangent(
-                grad_out[..., cols[k]], values[k], times[k], query_times, rows[k], modes[k],
-                None if grad_t is None else grad_t[..., cols[k]], tangents[k], tangents[K + k],
-                tangents[2 * K], ctx.values_grad[k], ctx.query_grad)
+                grad_out[..., cols[k]],
+                values[k],
+                times[k],
+                query_times,
+                rows[k],
+                modes[k],
+                None if grad_t is None else grad_t[..., cols[k]],
+                tangents[k],
+                tangents[K + k],
+                tangents[2 * K],
+                ctx.values_grad[k],
+                ctx.query_grad,
+            )
             d_values.append(v_k)
             if ctx.query_grad:
                 d_query = q_k if d_query is None else d_query + q_k
@@ -365,23 +472,35 @@ def _flatten_fuse(values, times, query_times, lengths=None, modes="linear"):
     return (len(values), *values, *times, query_times, lengths, modes)
 
 
-def _flatten_fuse_backward(grad_out, values, times, query_times, lengths, modes, values_grad,
-                           query_grad):
-    return (len(values), grad_out, *values, *times, query_times, lengths, modes,
-            list(values_grad), query_grad)
+def _flatten_fuse_backward(
+    grad_out, values, times, query_times, lengths, modes, values_grad, query_grad
+):
+    return (
+        len(values),
+        grad_out,
+        *values,
+        *times,
+        query_times,
+        lengths,
+        modes,
+        list(values_grad),
+        query_grad,
+    )
 
 
 # ---------------------------------------------------------------------------
 # voxelize
 # ---------------------------------------------------------------------------
 
+
 class _Voxelize(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(points, features, lengths, grid_size, voxel_size, origin, reduce):
-        return _below_autograd(_OPS.voxelize, points, features, lengths, grid_size, voxel_size,
-                               origin, reduce)
+        return _below_autograd(
+            _OPS.voxelize, points, features, lengths, grid_size, voxel_size, origin, reduce
+        )
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -400,7 +519,8 @@ class _Voxelize(torch.autograd.Function):
             if result is None:
                 result = grad  # only max reads it; this keeps the schema's shape check simple
             grad_features = _OPS._voxelize_backward(
-                grad, points, features, lengths, grid_size, voxel_size, origin, reduce, result)
+                grad, points, features, lengths, grid_size, voxel_size, origin, reduce, result
+            )
         # points: the result is piecewise constant in the points, so their
         # gradient is zero wherever it exists.
         return None, grad_features, None, None, None, None, None
@@ -412,8 +532,10 @@ class _Voxelize(torch.autograd.Function):
         if features_t is None:
             return None
         if reduce == "max":
-            raise RuntimeError("robocache.voxelize: forward-mode AD (torch.func.jvp, jacfwd) is "
-                               "not supported for reduce='max'; use reverse mode (jacrev)")
+            raise RuntimeError(
+                "robocache.voxelize: forward-mode AD (torch.func.jvp, jacfwd) is "
+                "not supported for reduce='max'; use reverse mode (jacrev)"
+            )
         return _OPS.voxelize(points, features_t, lengths, grid_size, voxel_size, origin, reduce)
 
 
@@ -422,8 +544,18 @@ class _VoxelizeBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(grad, points, features, lengths, grid_size, voxel_size, origin, reduce, result):
-        return _below_autograd(_OPS._voxelize_backward, grad, points, features, lengths,
-                               grid_size, voxel_size, origin, reduce, result)
+        return _below_autograd(
+            _OPS._voxelize_backward,
+            grad,
+            points,
+            features,
+            lengths,
+            grid_size,
+            voxel_size,
+            origin,
+            reduce,
+            result,
+        )
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -439,7 +571,8 @@ class _VoxelizeBackward(torch.autograd.Function):
             raise RuntimeError(
                 "robocache.voxelize: double backward is not supported for reduce='max' (the "
                 "gradient's routing to each voxel's winning point is not differentiable); "
-                "use reduce='sum' or 'mean', or do not differentiate the gradient")
+                "use reduce='sum' or 'mean', or do not differentiate the gradient"
+            )
         # sum and mean: grad_features = grad gathered at each point's voxel
         # (divided by its count for mean), linear in grad and independent of
         # the features and results. Its adjoint scatters back: voxelize itself.
@@ -449,8 +582,9 @@ class _VoxelizeBackward(torch.autograd.Function):
         return d_grad, None, None, None, None, None, None, None, None
 
 
-def _flatten_voxelize(points, features=None, lengths=None, grid_size=(), voxel_size=(),
-                      origin=(), reduce="occupancy"):
+def _flatten_voxelize(
+    points, features=None, lengths=None, grid_size=(), voxel_size=(), origin=(), reduce="occupancy"
+):
     return (points, features, lengths, grid_size, voxel_size, origin, reduce)
 
 

@@ -5,6 +5,7 @@ with their original argument names and ``backend=``: ``"pytorch"`` runs the
 pure-PyTorch reference; ``None``, ``"auto"`` or ``"robocache"`` run the
 operator; ``"cuda"`` runs the operator and insists on CUDA tensors.
 """
+
 import torch
 
 from . import reference

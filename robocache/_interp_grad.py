@@ -12,6 +12,7 @@ valid range ("live") depends on q or the times; for every other query w and
 The derivative of w is dw = e / dt with e = dq - (1 - w) dt0 - w dt1 (dq, dt0
 and dt1 the changes of the query and of the two sample times).
 """
+
 import torch
 
 from . import reference
@@ -66,7 +67,8 @@ class Segments:
         index0 = self.i0.unsqueeze(-1).expand(self.B, self.T, self.D)
         index1 = self.i1.unsqueeze(-1).expand(self.B, self.T, self.D)
         return out.scatter_add(1, index0, at_i0.to(like.dtype)).scatter_add(
-            1, index1, at_i1.to(like.dtype))
+            1, index1, at_i1.to(like.dtype)
+        )
 
     def scatter_times(self, at_i0, at_i1, times):
         """A gradient shaped like times from (B, T) contributions to samples i0 and i1."""
@@ -96,8 +98,7 @@ def forward_tangent(seg, values, values_t, out_from_values_t, query_t, times_t):
     return out
 
 
-def backward_adjoint(seg, grad_out, values, times, up_query, resample_up, query_grad_of_up,
-                     needs):
+def backward_adjoint(seg, grad_out, values, times, up_query, resample_up, query_grad_of_up, needs):
     """Gradients of sum(up_values * grad_values) + sum(up_query * grad_query)
     with respect to (grad_out, values, times, query_times); None where not
     needed or zero. The caller passes up_values' share: ``resample_up``, the
@@ -129,8 +130,7 @@ def backward_adjoint(seg, grad_out, values, times, up_query, resample_up, query_
     return d_grad, d_values, d_times, d_query
 
 
-def backward_tangent(seg, grad_out, values, query_t, times_t, values_grad_of_t,
-                     query_grad_of_t):
+def backward_tangent(seg, grad_out, values, query_t, times_t, values_grad_of_t, query_grad_of_t):
     """Tangents of the backward's (grad_values, grad_query) given tangents of
     (grad_out, values, query_times, times). ``values_grad_of_t`` is the
     operator's grad_values for grad_out_t; ``query_grad_of_t`` the per-query

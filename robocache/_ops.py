@@ -6,6 +6,7 @@ ones with a ValueError or TypeError that names the argument. Shapes, dtypes
 and devices are checked once, in C++, by the operators themselves. Autograd,
 forward-mode AD and vmap are registered in ``_autograd.py``.
 """
+
 import numbers
 import operator
 
@@ -25,6 +26,7 @@ def is_cuda_available():
 # Argument checks shared by the wrappers
 # ---------------------------------------------------------------------------
 
+
 def _tensor(x, name, op, optional=False):
     """``x`` itself when it is a tensor (or None where allowed); else a TypeError."""
     if torch.is_tensor(x) or (optional and x is None):
@@ -34,8 +36,10 @@ def _tensor(x, name, op, optional=False):
     hint = ""
     if type(x).__module__ == "numpy" or isinstance(x, (list, tuple, numbers.Number)):
         hint = " (pass a tensor: torch.from_numpy(array) or torch.tensor(data))"
-    raise TypeError(f"{op}: {name} must be a torch.Tensor{' or None' if optional else ''}; "
-                    f"got {type(x).__name__}{hint}")
+    raise TypeError(
+        f"{op}: {name} must be a torch.Tensor{' or None' if optional else ''}; "
+        f"got {type(x).__name__}{hint}"
+    )
 
 
 def _mode(mode, name, op):
@@ -52,7 +56,8 @@ def _require_kernels(op, *tensors):
             raise RuntimeError(
                 f"{op}: got a CUDA tensor, but this robocache was built without its CUDA kernels "
                 f"(torch {torch.__version__}). Rebuild it against a CUDA build of torch with nvcc "
-                "on the PATH: `FORCE_CUDA=1 pip install --no-build-isolation -e .`")
+                "on the PATH: `FORCE_CUDA=1 pip install --no-build-isolation -e .`"
+            )
 
 
 def _on_meta(args):
@@ -83,6 +88,7 @@ def _to_meta(x):
 # resample
 # ---------------------------------------------------------------------------
 
+
 def _check_times_data(values, times, lengths, op):
     """check=True: lengths in [1, S], and finite, non-decreasing times that
     resolve their own sampling period. Reads tensor data (a host sync on the GPU)."""
@@ -91,8 +97,9 @@ def _check_times_data(values, times, lengths, op):
         bad = ((lengths < 1) | (lengths > S)).nonzero()
         if bad.numel():
             b = int(bad[0, 0])
-            raise ValueError(f"{op}: lengths[{b}] = {int(lengths[b])} is outside "
-                             f"[1, S] with S = {S}")
+            raise ValueError(
+                f"{op}: lengths[{b}] = {int(lengths[b])} is outside [1, S] with S = {S}"
+            )
     t = times.expand(B, S)
     limit = lengths.view(B, 1) if lengths is not None else torch.full((B, 1), S, device=t.device)
     valid = torch.arange(S, device=t.device) < limit
@@ -111,9 +118,11 @@ def _check_times_data(values, times, lengths, op):
     bad = decreasing.nonzero()
     if bad.numel():
         b, j = int(bad[0, 0]), int(bad[0, 1]) + 1
-        raise ValueError(f"{op}: times must be non-decreasing within the valid samples; "
-                         f"{where(b, j)} = {t[b, j].item()} < the sample before it "
-                         f"({t[b, j - 1].item()})")
+        raise ValueError(
+            f"{op}: times must be non-decreasing within the valid samples; "
+            f"{where(b, j)} = {t[b, j].item()} < the sample before it "
+            f"({t[b, j - 1].item()})"
+        )
     if t.dtype == torch.float32:
         _check_time_resolution(t, valid, op)
 
@@ -138,7 +147,8 @@ def _check_time_resolution(t, valid, op):
             f"{op}: float32 times cannot resolve their own sampling period in row {b}: near "
             f"{magnitude[b].item():.6g} a float32 step is {step[b].item():.3g}, but the samples "
             f"are {period[b].item():.3g} apart on average. Use float64 or int64 nanosecond "
-            "times, or subtract the episode's start time first")
+            "times, or subtract the episode's start time first"
+        )
 
 
 def resample(values, times, query_times, lengths=None, mode="linear", *, check=False):
@@ -197,6 +207,7 @@ def resample(values, times, query_times, lengths=None, mode="linear", *, check=F
 # fuse
 # ---------------------------------------------------------------------------
 
+
 def _unpack_streams(streams, modes):
     """(names or None, values, times, lengths, modes) from fuse's arguments."""
     op = "robocache.fuse"
@@ -207,43 +218,57 @@ def _unpack_streams(streams, modes):
         names = None
         entries = list(streams)
     else:
-        raise TypeError(f"{op}: streams must be a sequence of (values, times[, lengths]) tuples "
-                        f"or a dict of them; got {type(streams).__name__}")
+        raise TypeError(
+            f"{op}: streams must be a sequence of (values, times[, lengths]) tuples "
+            f"or a dict of them; got {type(streams).__name__}"
+        )
     if not entries:
         raise ValueError(f"{op}: streams is empty; give at least one (values, times) pair")
     labels = [repr(n) for n in names] if names else [str(k) for k in range(len(entries))]
     values, times, lengths = [], [], []
     for label, entry in zip(labels, entries):
         if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
-            raise ValueError(f"{op}: stream {label} must be a (values, times) or "
-                             f"(values, times, lengths) tuple; got {type(entry).__name__}")
+            raise ValueError(
+                f"{op}: stream {label} must be a (values, times) or "
+                f"(values, times, lengths) tuple; got {type(entry).__name__}"
+            )
         values.append(_tensor(entry[0], f"stream {label}: values", op))
         times.append(_tensor(entry[1], f"stream {label}: times", op))
-        lengths.append(_tensor(entry[2], f"stream {label}: lengths", op, optional=True)
-                       if len(entry) == 3 else None)
+        lengths.append(
+            _tensor(entry[2], f"stream {label}: lengths", op, optional=True)
+            if len(entry) == 3
+            else None
+        )
     K = len(entries)
     if isinstance(modes, str):
         parts = modes.split(",")
         if len(parts) not in (1, K):
-            raise ValueError(f"{op}: modes must be one mode or one per stream ({K}); got "
-                             f"{len(parts)} in {modes!r}")
+            raise ValueError(
+                f"{op}: modes must be one mode or one per stream ({K}); got "
+                f"{len(parts)} in {modes!r}"
+            )
         modes = [_mode(m.strip(), "modes", op) for m in parts] * (K if len(parts) == 1 else 1)
     elif isinstance(modes, dict):
         if names is None:
             raise ValueError(f"{op}: modes may be a dict only when streams is one")
         unknown = set(modes) - set(names)
         if unknown:
-            raise ValueError(f"{op}: modes names unknown streams {sorted(unknown)}; the streams "
-                             f"are {names}")
+            raise ValueError(
+                f"{op}: modes names unknown streams {sorted(unknown)}; the streams are {names}"
+            )
         modes = [_mode(modes.get(n, "linear"), f"modes[{n!r}]", op) for n in names]
     elif isinstance(modes, (list, tuple)):
         if len(modes) != K:
-            raise ValueError(f"{op}: modes must have one mode per stream ({K}); got {len(modes)}: "
-                             f"{list(modes)!r}")
+            raise ValueError(
+                f"{op}: modes must have one mode per stream ({K}); got {len(modes)}: "
+                f"{list(modes)!r}"
+            )
         modes = [_mode(m, f"modes[{k}]", op) for k, m in enumerate(modes)]
     else:
-        raise TypeError(f"{op}: modes must be a mode name, a sequence of them or a dict; got "
-                        f"{type(modes).__name__}")
+        raise TypeError(
+            f"{op}: modes must be a mode name, a sequence of them or a dict; got "
+            f"{type(modes).__name__}"
+        )
     return names, labels, values, times, lengths, modes
 
 
@@ -319,11 +344,14 @@ def _stack_lengths(labels, values, lengths):
             rows.append(n)
             continue
         if n.dtype != torch.long:
-            raise TypeError(f"robocache.fuse: stream {label}: lengths must be an int64 tensor; "
-                            f"got {n.dtype}")
+            raise TypeError(
+                f"robocache.fuse: stream {label}: lengths must be an int64 tensor; got {n.dtype}"
+            )
         if n.dim() != 1 or n.shape[0] != B:
-            raise ValueError(f"robocache.fuse: stream {label}: lengths must be (B,) = ({B},); "
-                             f"got shape {list(n.shape)}")
+            raise ValueError(
+                f"robocache.fuse: stream {label}: lengths must be (B,) = ({B},); "
+                f"got shape {list(n.shape)}"
+            )
         rows.append(n)
     return torch.stack(rows)
 
@@ -331,6 +359,7 @@ def _stack_lengths(labels, values, lengths):
 # ---------------------------------------------------------------------------
 # voxelize
 # ---------------------------------------------------------------------------
+
 
 def _floats(x, name, sizes):
     """A number, sequence, numpy value or tensor -> list of floats, with one of
@@ -343,16 +372,18 @@ def _floats(x, name, sizes):
     elif isinstance(x, numbers.Real):
         x = [x]
     elif not isinstance(x, (list, tuple)):
-        raise TypeError(f"{op}: {name} must be a number, a sequence or a tensor; got "
-                        f"{type(x).__name__}")
+        raise TypeError(
+            f"{op}: {name} must be a number, a sequence or a tensor; got {type(x).__name__}"
+        )
     out = []
     for v in x:
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise TypeError(f"{op}: {name} entries must be real numbers; got {v!r}")
         out.append(float(v))
     if len(out) not in sizes:
-        raise ValueError(f"{op}: {name} must have {' or '.join(map(str, sizes))} values; "
-                         f"got {len(out)}: {out}")
+        raise ValueError(
+            f"{op}: {name} must have {' or '.join(map(str, sizes))} values; got {len(out)}: {out}"
+        )
     return out
 
 
@@ -370,16 +401,27 @@ def _grid_size(grid_size):
             grid.append(g)
             continue
         if isinstance(g, bool) or not isinstance(g, numbers.Integral):
-            raise TypeError(f"{op}: grid_size must be three integers; got {grid_size!r} "
-                            f"(entry {g!r} is a {type(g).__name__})")
+            raise TypeError(
+                f"{op}: grid_size must be three integers; got {grid_size!r} "
+                f"(entry {g!r} is a {type(g).__name__})"
+            )
         if g < 1:
             raise ValueError(f"{op}: grid_size must be positive; got {list(grid_size)}")
         grid.append(operator.index(g))
     return grid
 
 
-def voxelize(points, grid_size, voxel_size, origin, *, features=None, lengths=None,
-             reduce="occupancy", check=False):
+def voxelize(
+    points,
+    grid_size,
+    voxel_size,
+    origin,
+    *,
+    features=None,
+    lengths=None,
+    reduce="occupancy",
+    check=False,
+):
     """Batched point clouds into dense voxel grids.
 
     Args:
@@ -426,6 +468,7 @@ def voxelize(points, grid_size, voxel_size, origin, *, features=None, lengths=No
         bad = ((lengths < 0) | (lengths > N)).nonzero()
         if bad.numel():
             b = int(bad[0, 0])
-            raise ValueError(f"{op}: lengths[{b}] = {int(lengths[b])} is outside "
-                             f"[0, N] with N = {N}")
+            raise ValueError(
+                f"{op}: lengths[{b}] = {int(lengths[b])} is outside [0, N] with N = {N}"
+            )
     return _OPS.voxelize(points, features, lengths, grid, voxel_size, origin, reduce)

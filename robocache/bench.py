@@ -25,6 +25,7 @@ way: a kernel of tens of microseconds spends a larger share of its time
 ramping up and draining than a large copy does. Benchmarks are not tests:
 nothing here asserts a time.
 """
+
 import argparse
 import json
 import math
@@ -97,7 +98,11 @@ class _Rotating:
     """Cycles through several copies of the inputs when they fit in L2."""
 
     def __init__(self, make, nbytes, device):
-        copies = 1 if device != "cuda" or nbytes > _L2_BYTES else min(16, max(2, (4 * _L2_BYTES) // max(nbytes, 1)))
+        copies = (
+            1
+            if device != "cuda" or nbytes > _L2_BYTES
+            else min(16, max(2, (4 * _L2_BYTES) // max(nbytes, 1)))
+        )
         self.sets = [make() for _ in range(copies)]
         self.i = 0
 
@@ -113,9 +118,15 @@ def _nbytes(*tensors):
 def _row(name, kind, bytes_formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra=None):
     gbs = nbytes / ms / 1e6 if ms else float("nan")
     row = {
-        "case": name, "kind": kind, "bytes": nbytes, "bytes_formula": bytes_formula,
-        "robocache_ms": ms, "eager_ms": ref_ms, "compiled_ms": compiled_ms,
-        "GBps": gbs, "pct_of_copy": 100 * gbs / copy_gbs,
+        "case": name,
+        "kind": kind,
+        "bytes": nbytes,
+        "bytes_formula": bytes_formula,
+        "robocache_ms": ms,
+        "eager_ms": ref_ms,
+        "compiled_ms": compiled_ms,
+        "GBps": gbs,
+        "pct_of_copy": 100 * gbs / copy_gbs,
         "speedup_vs_eager": ref_ms / ms if ref_ms else None,
         "speedup_vs_compiled": compiled_ms / ms if compiled_ms else None,
     }
@@ -163,6 +174,7 @@ def _time_three(op, ref, args_source, device, compile_ref=True, backward=None, g
 # resample / fuse
 # ---------------------------------------------------------------------------
 
+
 def _resample_inputs(B, S, T, D, dtype, device):
     values = torch.randn(B, S, D, device=device).to(dtype)
     times = torch.sort(torch.rand(B, S, device=device) * 10, dim=1).values
@@ -183,12 +195,16 @@ def bench_resample(B, S, T, D, dtype, device, copy_gbs, per_call=False):
         v, t, q = src.next()
         compiled = torch.compile(reference.resample, dynamic=False)
         compiled(v, t, q)
-        extra.update({
-            "per_call_robocache_ms": _per_call_ms(lambda: robocache.resample(v, t, q), device),
-            "per_call_eager_ms": _per_call_ms(lambda: reference.resample(v, t, q), device),
-            "per_call_compiled_ms": _per_call_ms(lambda: compiled(v, t, q), device),
-        })
-        extra["per_call_speedup_vs_compiled"] = extra["per_call_compiled_ms"] / extra["per_call_robocache_ms"]
+        extra.update(
+            {
+                "per_call_robocache_ms": _per_call_ms(lambda: robocache.resample(v, t, q), device),
+                "per_call_eager_ms": _per_call_ms(lambda: reference.resample(v, t, q), device),
+                "per_call_compiled_ms": _per_call_ms(lambda: compiled(v, t, q), device),
+            }
+        )
+        extra["per_call_speedup_vs_compiled"] = (
+            extra["per_call_compiled_ms"] / extra["per_call_robocache_ms"]
+        )
     return _row(name, "resample", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
 
 
@@ -201,62 +217,94 @@ def bench_resample_backward(B, S, T, D, dtype, device, copy_gbs):
 
     def make():
         v, t, q = _resample_inputs(B, S, T, D, dtype, device)
-        return v.requires_grad_(), t, q.requires_grad_(), torch.randn(B, T, D, device=device).to(dtype)
+        return (
+            v.requires_grad_(),
+            t,
+            q.requires_grad_(),
+            torch.randn(B, T, D, device=device).to(dtype),
+        )
 
     src = _Rotating(make, nbytes, device)
 
     def grads(fn):
         def run(v, t, q, g):
             return torch.autograd.grad(fn(v, t, q), (v, q), g)
+
         return run
 
     def forward_only(fn):
         def run(v, t, q, g):
             with torch.no_grad():
                 return fn(v, t, q)
+
         return run
 
     # Each column is (forward + backward) - forward of the same implementation.
-    ms = (_median_ms(lambda: grads(robocache.resample)(*src.next()), device)
-          - _median_ms(lambda: forward_only(robocache.resample)(*src.next()), device))
+    ms = _median_ms(lambda: grads(robocache.resample)(*src.next()), device) - _median_ms(
+        lambda: forward_only(robocache.resample)(*src.next()), device
+    )
     if not _REFERENCES:
         return _row(name, "resample_backward", formula, nbytes, ms, None, None, copy_gbs)
-    ref_ms = (_median_ms(lambda: grads(reference.resample)(*src.next()), device)
-              - _median_ms(lambda: forward_only(reference.resample)(*src.next()), device))
+    ref_ms = _median_ms(lambda: grads(reference.resample)(*src.next()), device) - _median_ms(
+        lambda: forward_only(reference.resample)(*src.next()), device
+    )
     compiled = torch.compile(reference.resample, dynamic=False)
     for _ in range(3):
         grads(compiled)(*src.next())
         forward_only(compiled)(*src.next())
-    compiled_ms = (_median_ms(lambda: grads(compiled)(*src.next()), device)
-                   - _median_ms(lambda: forward_only(compiled)(*src.next()), device))
-    return _row(name, "resample_backward", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs,
-                {"note": "backward = (forward+backward) - forward, for all three"})
+    compiled_ms = _median_ms(lambda: grads(compiled)(*src.next()), device) - _median_ms(
+        lambda: forward_only(compiled)(*src.next()), device
+    )
+    return _row(
+        name,
+        "resample_backward",
+        formula,
+        nbytes,
+        ms,
+        ref_ms,
+        compiled_ms,
+        copy_gbs,
+        {"note": "backward = (forward+backward) - forward, for all three"},
+    )
 
 
 def bench_fuse(B, specs, T, device, copy_gbs):
     name = f"fuse (B={B}, streams (S,D)={specs}, T={T}) float32"
-    nbytes = sum(B * S * D * 4 + B * S * 4 for S, D in specs) + B * T * 4 + B * T * sum(D for _, D in specs) * 4
+    nbytes = (
+        sum(B * S * D * 4 + B * S * 4 for S, D in specs)
+        + B * T * 4
+        + B * T * sum(D for _, D in specs) * 4
+    )
     formula = "every stream's values + times, query_times read once; output written once"
 
     def make():
         streams = []
         for S, D in specs:
-            streams.append((torch.randn(B, S, D, device=device),
-                            torch.sort(torch.rand(B, S, device=device), dim=1).values))
+            streams.append(
+                (
+                    torch.randn(B, S, D, device=device),
+                    torch.sort(torch.rand(B, S, device=device), dim=1).values,
+                )
+            )
         query = torch.sort(torch.rand(B, T, device=device), dim=1).values
         return streams, query
 
     src = _Rotating(make, nbytes, device)
     extra = {}
     ms, ref_ms, compiled_ms = _time_three(
-        lambda s, q: robocache.fuse(s, q), lambda s, q: reference.fuse(s, q), src, device,
-        graphs=extra)
+        lambda s, q: robocache.fuse(s, q),
+        lambda s, q: reference.fuse(s, q),
+        src,
+        device,
+        graphs=extra,
+    )
     return _row(name, "fuse", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
 
 
 # ---------------------------------------------------------------------------
 # voxelize
 # ---------------------------------------------------------------------------
+
 
 def bench_voxelize(name, points, features, grid, reduce, device, copy_gbs):
     B, N = points.shape[:2]
@@ -276,12 +324,15 @@ def bench_voxelize(name, points, features, grid, reduce, device, copy_gbs):
     op = lambda p, f: robocache.voxelize(p, grid, vs, (0, 0, 0), features=f, reduce=reduce)  # noqa: E731
     ref = lambda p, f: reference.voxelize(p, grid, vs, (0, 0, 0), features=f, reduce=reduce)  # noqa: E731
     ms, ref_ms, compiled_ms = _time_three(op, ref, src, device)
-    outside = 1 - float(robocache.voxelize(points, grid, vs, (0, 0, 0), reduce="count").sum()) / (B * N)
+    outside = 1 - float(robocache.voxelize(points, grid, vs, (0, 0, 0), reduce="count").sum()) / (
+        B * N
+    )
     extra = {"Gpts_per_s": B * N / ms / 1e6, "fraction_outside": outside}
     return _row(name, "voxelize", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
 
 
 # ---------------------------------------------------------------------------
+
 
 def _cases(device, copy_gbs):
     """(name, thunk) for every case on this device; the names are what --only matches."""
@@ -289,9 +340,18 @@ def _cases(device, copy_gbs):
     if device != "cuda":
         return [
             ("resample", lambda: bench_resample(64, 4096, 1024, 32, f32, device, copy_gbs)),
-            ("voxelize", lambda: bench_voxelize(
-                "voxelize count, 8 x 100000 pts -> 128^3", torch.rand(8, 100000, 3), None,
-                (128, 128, 128), "count", device, copy_gbs)),
+            (
+                "voxelize",
+                lambda: bench_voxelize(
+                    "voxelize count, 8 x 100000 pts -> 128^3",
+                    torch.rand(8, 100000, 3),
+                    None,
+                    (128, 128, 128),
+                    "count",
+                    device,
+                    copy_gbs,
+                ),
+            ),
         ]
     return [
         ("resample", lambda: bench_resample(256, 2048, 2048, 64, f32, device, copy_gbs)),
@@ -300,23 +360,58 @@ def _cases(device, copy_gbs):
         ("resample", lambda: bench_resample(1024, 500, 100, 14, f32, device, copy_gbs)),
         ("resample", lambda: bench_resample(4, 10, 20, 8, f32, device, copy_gbs, per_call=True)),
         ("backward", lambda: bench_resample_backward(256, 2048, 2048, 64, f32, device, copy_gbs)),
-        ("fuse", lambda: bench_fuse(256, [(90, 512), (300, 32), (3000, 16)], 150, device, copy_gbs)),
-        ("voxelize", lambda: bench_voxelize(
-            "voxelize count, 8 x 307200 pts -> 100^3, uniform",
-            torch.rand(8, 307200, 3, device=device), None, (100, 100, 100), "count", device,
-            copy_gbs)),
-        ("voxelize", lambda: bench_voxelize(
-            "voxelize count, 8 x 307200 pts -> 100^3, depth camera",
-            depth_camera_cloud(8, device=device), None, (100, 100, 100), "count", device,
-            copy_gbs)),
-        ("voxelize", lambda: bench_voxelize(
-            "voxelize mean of 6 features, 8 x 65536 pts -> 100^3",
-            torch.rand(8, 65536, 3, device=device), torch.randn(8, 65536, 6, device=device),
-            (100, 100, 100), "mean", device, copy_gbs)),
-        ("voxelize", lambda: bench_voxelize(
-            "voxelize occupancy, 32 x 100000 pts -> 128^3",
-            torch.rand(32, 100000, 3, device=device), None, (128, 128, 128), "occupancy", device,
-            copy_gbs)),
+        (
+            "fuse",
+            lambda: bench_fuse(256, [(90, 512), (300, 32), (3000, 16)], 150, device, copy_gbs),
+        ),
+        (
+            "voxelize",
+            lambda: bench_voxelize(
+                "voxelize count, 8 x 307200 pts -> 100^3, uniform",
+                torch.rand(8, 307200, 3, device=device),
+                None,
+                (100, 100, 100),
+                "count",
+                device,
+                copy_gbs,
+            ),
+        ),
+        (
+            "voxelize",
+            lambda: bench_voxelize(
+                "voxelize count, 8 x 307200 pts -> 100^3, depth camera",
+                depth_camera_cloud(8, device=device),
+                None,
+                (100, 100, 100),
+                "count",
+                device,
+                copy_gbs,
+            ),
+        ),
+        (
+            "voxelize",
+            lambda: bench_voxelize(
+                "voxelize mean of 6 features, 8 x 65536 pts -> 100^3",
+                torch.rand(8, 65536, 3, device=device),
+                torch.randn(8, 65536, 6, device=device),
+                (100, 100, 100),
+                "mean",
+                device,
+                copy_gbs,
+            ),
+        ),
+        (
+            "voxelize",
+            lambda: bench_voxelize(
+                "voxelize occupancy, 32 x 100000 pts -> 128^3",
+                torch.rand(32, 100000, 3, device=device),
+                None,
+                (128, 128, 128),
+                "occupancy",
+                device,
+                copy_gbs,
+            ),
+        ),
     ]
 
 
@@ -328,14 +423,21 @@ def run(device, only=None):
     for r in rows:
         r["same_bytes_copy_ms"] = same_bytes_copy_ms(r["bytes"], device)
         r["pct_of_same_bytes_copy"] = 100 * r["same_bytes_copy_ms"] / r["robocache_ms"]
-    return {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-            "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "copy_GBps": copy_gbs, "date": time.strftime("%Y-%m-%d"), "rows": rows}
+    return {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "copy_GBps": copy_gbs,
+        "date": time.strftime("%Y-%m-%d"),
+        "rows": rows,
+    }
 
 
 def print_table(result):
-    print(f"device: {result['device']}  torch {result['torch']}  threads {result['threads']}  "
-          f"copy {result['copy_GBps']:.0f} GB/s  ({result['date']})")
+    print(
+        f"device: {result['device']}  torch {result['torch']}  threads {result['threads']}  "
+        f"copy {result['copy_GBps']:.0f} GB/s  ({result['date']})"
+    )
     hdr = f"{'case':<62} {'robocache':>10} {'eager':>10} {'compiled':>10} {'GB/s':>7} {'%copy':>6} {'x eager':>8} {'x comp':>7}"
     print(hdr)
     for r in result["rows"]:
@@ -343,34 +445,51 @@ def print_table(result):
         comp = f"{r['compiled_ms']:10.4f}" if r["compiled_ms"] else f"{'-':>10}"
         xe = f"{r['speedup_vs_eager']:8.2f}" if r["speedup_vs_eager"] else f"{'-':>8}"
         xc = f"{r['speedup_vs_compiled']:7.2f}" if r["speedup_vs_compiled"] else f"{'-':>7}"
-        print(f"{r['case'][:62]:<62} {r['robocache_ms']:10.4f} {eager} {comp} "
-              f"{r['GBps']:7.0f} {r['pct_of_copy']:6.1f} {xe} {xc}")
+        print(
+            f"{r['case'][:62]:<62} {r['robocache_ms']:10.4f} {eager} {comp} "
+            f"{r['GBps']:7.0f} {r['pct_of_copy']:6.1f} {xe} {xc}"
+        )
         if "per_call_robocache_ms" in r:
-            print(f"{'   per call from Python':<62} {r['per_call_robocache_ms']:10.4f} "
-                  f"{r['per_call_eager_ms']:10.4f} {r['per_call_compiled_ms']:10.4f} "
-                  f"{'':>7} {'':>6} {'':>8} {r['per_call_speedup_vs_compiled']:7.2f}")
+            print(
+                f"{'   per call from Python':<62} {r['per_call_robocache_ms']:10.4f} "
+                f"{r['per_call_eager_ms']:10.4f} {r['per_call_compiled_ms']:10.4f} "
+                f"{'':>7} {'':>6} {'':>8} {r['per_call_speedup_vs_compiled']:7.2f}"
+            )
         if r.get("graph_robocache_ms") or r.get("graph_compiled_ms"):
             g, gc = r.get("graph_robocache_ms"), r.get("graph_compiled_ms")
             fmt = lambda x: f"{x:10.4f}" if x else f"{'-':>10}"  # noqa: E731
             ratio = f"{gc / g:7.2f}" if g and gc else f"{'-':>7}"
-            print(f"{'   under CUDA graphs':<62} {fmt(g)} {'':>10} {fmt(gc)} {'':>7} {'':>6} {'':>8} {ratio}")
+            print(
+                f"{'   under CUDA graphs':<62} {fmt(g)} {'':>10} {fmt(gc)} {'':>7} {'':>6} {'':>8} {ratio}"
+            )
         if "same_bytes_copy_ms" in r:
-            print(f"{'   a copy moving the same bytes':<62} {r['same_bytes_copy_ms']:10.4f} "
-                  f"{'':>10} {'':>10} {'':>7} {r['pct_of_same_bytes_copy']:6.1f}")
+            print(
+                f"{'   a copy moving the same bytes':<62} {r['same_bytes_copy_ms']:10.4f} "
+                f"{'':>10} {'':>10} {'':>7} {r['pct_of_same_bytes_copy']:6.1f}"
+            )
         if "Gpts_per_s" in r:
-            print(f"{'   points':<62} {r['Gpts_per_s']:10.2f} Gpts/s, {100 * r['fraction_outside']:.0f}% outside")
-    print("times in ms (medians); GB/s from the minimal bytes: inputs read once, outputs written once;\n"
-          "%copy: of the large copy above; under each row, a copy moving that row's bytes and the row's\n"
-          "time as a % of it (short kernels cannot reach the large copy's bandwidth)")
+            print(
+                f"{'   points':<62} {r['Gpts_per_s']:10.2f} Gpts/s, {100 * r['fraction_outside']:.0f}% outside"
+            )
+    print(
+        "times in ms (medians); GB/s from the minimal bytes: inputs read once, outputs written once;\n"
+        "%copy: of the large copy above; under each row, a copy moving that row's bytes and the row's\n"
+        "time as a % of it (short kernels cannot reach the large copy's bandwidth)"
+    )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json", help="write the results here as JSON")
-    parser.add_argument("--only", help="comma-separated kinds to run: resample, backward, fuse, voxelize")
-    parser.add_argument("--robocache-only", action="store_true",
-                        help="time robocache alone (no eager or compiled reference)")
+    parser.add_argument(
+        "--only", help="comma-separated kinds to run: resample, backward, fuse, voxelize"
+    )
+    parser.add_argument(
+        "--robocache-only",
+        action="store_true",
+        help="time robocache alone (no eager or compiled reference)",
+    )
     args = parser.parse_args(argv)
     global _REFERENCES
     _REFERENCES = not args.robocache_only

@@ -11,6 +11,7 @@ own clock, as on a real robot:
 - streams that start at different times (a sensor that comes up late),
 - int64 nanosecond timestamps on a shared epoch, or float seconds.
 """
+
 from dataclasses import dataclass
 
 import torch
@@ -22,8 +23,8 @@ __all__ = ["Stream", "multi_rate_episodes", "depth_camera_cloud"]
 class Stream:
     """One sensor stream of a batch of episodes."""
 
-    values: torch.Tensor   # (B, S, D), padded past lengths
-    times: torch.Tensor    # (B, S) int64 ns or float seconds, non-decreasing in the valid prefix
+    values: torch.Tensor  # (B, S, D), padded past lengths
+    times: torch.Tensor  # (B, S) int64 ns or float seconds, non-decreasing in the valid prefix
     lengths: torch.Tensor  # (B,) int64, valid samples per episode
 
     def as_tuple(self):
@@ -41,7 +42,9 @@ def _stream(B, seconds, rate_hz, D, *, jitter, drop, start_s, seed, device, floa
     # Smooth signals with a little noise: sums of slow sinusoids per channel.
     freq = 0.2 + 2 * torch.rand(1, 1, D, generator=g)
     phase = 6.283 * torch.rand(B, 1, D, generator=g)
-    values = torch.sin(6.283 * freq * t.unsqueeze(-1) + phase) + 0.01 * torch.randn(B, S, D, generator=g)
+    values = torch.sin(6.283 * freq * t.unsqueeze(-1) + phase) + 0.01 * torch.randn(
+        B, S, D, generator=g
+    )
     # Drop samples; pack the survivors to the front of each row.
     keep = torch.rand(B, S, generator=g) >= drop
     keep[:, 0] = True
@@ -57,8 +60,18 @@ def _stream(B, seconds, rate_hz, D, *, jitter, drop, start_s, seed, device, floa
     return Stream(values.float().to(device), times.to(device), lengths.to(device))
 
 
-def multi_rate_episodes(B=8, seconds=2.0, *, device="cpu", seed=0, float_times=False,
-                        vision_dim=64, proprio_dim=14, force_dim=6, control_hz=50.0):
+def multi_rate_episodes(
+    B=8,
+    seconds=2.0,
+    *,
+    device="cpu",
+    seed=0,
+    float_times=False,
+    vision_dim=64,
+    proprio_dim=14,
+    force_dim=6,
+    control_hz=50.0,
+):
     """A batch of episodes with three streams and a control timeline.
 
     Returns ``(streams, control_times)``: ``streams`` maps "vision" (~30 Hz),
@@ -69,12 +82,39 @@ def multi_rate_episodes(B=8, seconds=2.0, *, device="cpu", seed=0, float_times=F
     """
     common = dict(device=device, float_times=float_times)
     streams = {
-        "vision": _stream(B, seconds, 30.0, vision_dim, jitter=0.15, drop=0.05, start_s=0.10,
-                          seed=seed + 1, **common),
-        "proprio": _stream(B, seconds, 100.0, proprio_dim, jitter=0.05, drop=0.01, start_s=0.02,
-                           seed=seed + 2, **common),
-        "force": _stream(B, seconds, 1000.0, force_dim, jitter=0.02, drop=0.02, start_s=0.05,
-                         seed=seed + 3, **common),
+        "vision": _stream(
+            B,
+            seconds,
+            30.0,
+            vision_dim,
+            jitter=0.15,
+            drop=0.05,
+            start_s=0.10,
+            seed=seed + 1,
+            **common,
+        ),
+        "proprio": _stream(
+            B,
+            seconds,
+            100.0,
+            proprio_dim,
+            jitter=0.05,
+            drop=0.01,
+            start_s=0.02,
+            seed=seed + 2,
+            **common,
+        ),
+        "force": _stream(
+            B,
+            seconds,
+            1000.0,
+            force_dim,
+            jitter=0.02,
+            drop=0.02,
+            start_s=0.05,
+            seed=seed + 3,
+            **common,
+        ),
     }
     T = int(seconds * control_hz)
     control = (0.1 + torch.arange(T, dtype=torch.float64) / control_hz).expand(B, T)
@@ -92,8 +132,9 @@ def depth_camera_cloud(B, H=480, W=640, device="cpu", seed=1000):
     """
     fx = fy = 525.0 * W / 640
     cx, cy = W / 2, H / 2
-    v, u = torch.meshgrid(torch.arange(H, dtype=torch.float32), torch.arange(W, dtype=torch.float32),
-                          indexing="ij")
+    v, u = torch.meshgrid(
+        torch.arange(H, dtype=torch.float32), torch.arange(W, dtype=torch.float32), indexing="ij"
+    )
     clouds = []
     for b in range(B):
         g = torch.Generator().manual_seed(seed + b)
@@ -102,12 +143,18 @@ def depth_camera_cloud(B, H=480, W=640, device="cpu", seed=1000):
         for _ in range(4):  # boxes on the table
             u0 = torch.randint(W // 10, W - W // 4, (1,), generator=g).item()
             v0 = torch.randint(H // 3, H - H // 4, (1,), generator=g).item()
-            w, h = (torch.randint(W // 16, W // 4, (2,), generator=g) * torch.tensor([1, H / W])).long().tolist()
+            w, h = (
+                (torch.randint(W // 16, W // 4, (2,), generator=g) * torch.tensor([1, H / W]))
+                .long()
+                .tolist()
+            )
             box = (u >= u0) & (u < u0 + w) & (v >= v0) & (v < v0 + h)
             depth = torch.where(box, depth - 0.1 - 0.1 * torch.rand(1, generator=g).item(), depth)
         cu, cv, r = W * 0.6, H * 0.6, 70.0 * W / 640
         d2 = (u - cu) ** 2 + (v - cv) ** 2
-        depth = torch.where(d2 < r * r, depth - 0.15 * torch.sqrt((1 - d2 / (r * r)).clamp(min=0)), depth)
+        depth = torch.where(
+            d2 < r * r, depth - 0.15 * torch.sqrt((1 - d2 / (r * r)).clamp(min=0)), depth
+        )
         depth = torch.where(v < H * 0.2, torch.full_like(depth, 3.5), depth)  # background wall
         depth = depth + 0.002 * torch.randn(depth.shape, generator=g)
         x = (u - cx) / fx * depth

@@ -5,6 +5,7 @@ ordinary torch ops (searchsorted, gather, arithmetic). They are the oracle for
 the tests, the baseline for the benchmarks, and what ``backend="pytorch"`` runs.
 They are differentiable through ordinary autograd.
 """
+
 from typing import NamedTuple
 
 import torch
@@ -25,6 +26,7 @@ class Location(NamedTuple):
     """Where each query lands, all (B, T): ``out = v[i0] + w (v[i1] - v[i0])``;
     ``dt = t[i1] - t[i0]`` for a linear query strictly inside the valid range
     (0 elsewhere); ``nan`` marks a NaN query or a row with no valid sample."""
+
     i0: torch.Tensor
     i1: torch.Tensor
     w: torch.Tensor
@@ -84,10 +86,16 @@ def blend(v0, v1, w):
     r = v0 + w * d
     from_right = v1 + (w - 1) * d
     fallback = torch.where(
-        torch.isfinite(v0) & torch.isfinite(v1), (1 - w) * v0 + w * v1,
-        torch.where(~torch.isnan(r), r,
-                    torch.where(~torch.isnan(from_right), from_right,
-                                torch.where(v0 == v1, v0, from_right))))
+        torch.isfinite(v0) & torch.isfinite(v1),
+        (1 - w) * v0 + w * v1,
+        torch.where(
+            ~torch.isnan(r),
+            r,
+            torch.where(
+                ~torch.isnan(from_right), from_right, torch.where(v0 == v1, v0, from_right)
+            ),
+        ),
+    )
     # w == 0 with a finite difference gives r == v0 exactly; written this way
     # the derivative in w stays the slope (the right-hand one at a knot).
     return torch.where(torch.isfinite(r), r, torch.where(w == 0, v0, fallback))
@@ -131,8 +139,9 @@ def fuse(streams, query_times, modes="linear"):
     return torch.cat(outs, dim=-1)
 
 
-def voxelize(points, grid_size, voxel_size, origin, features=None, lengths=None,
-             reduce="occupancy"):
+def voxelize(
+    points, grid_size, voxel_size, origin, features=None, lengths=None, reduce="occupancy"
+):
     """Reference for :func:`robocache.voxelize` (same arguments, same result).
 
     Dropped points (not finite, out of range, past ``lengths``) are masked:
@@ -146,8 +155,12 @@ def voxelize(points, grid_size, voxel_size, origin, features=None, lengths=None,
     B, N, _ = points.shape
     X, Y, Z = (int(g) for g in grid_size)
     cells = X * Y * Z
-    vs = [float(v) for v in (voxel_size if isinstance(voxel_size, (list, tuple, torch.Tensor))
-                             else [voxel_size])]
+    vs = [
+        float(v)
+        for v in (
+            voxel_size if isinstance(voxel_size, (list, tuple, torch.Tensor)) else [voxel_size]
+        )
+    ]
     vs = vs * 3 if len(vs) == 1 else vs
     origin = [float(o) for o in (origin.tolist() if torch.is_tensor(origin) else origin)]
     o = torch.tensor(origin, dtype=points.dtype, device=points.device)
@@ -160,7 +173,9 @@ def voxelize(points, grid_size, voxel_size, origin, features=None, lengths=None,
     ijk = torch.where(keep.unsqueeze(-1), f, torch.zeros_like(f)).long()
     flat = (ijk[..., 0] * Y + ijk[..., 1]) * Z + ijk[..., 2]
     spread = torch.arange(B * N, device=points.device).view(B, N) % cells
-    flat = torch.where(keep, flat, spread) + torch.arange(B, device=points.device).view(B, 1) * cells
+    flat = (
+        torch.where(keep, flat, spread) + torch.arange(B, device=points.device).view(B, 1) * cells
+    )
     flat = flat.reshape(-1)
     counts = torch.zeros(B * cells, dtype=torch.int32, device=points.device)
     counts.index_add_(0, flat, keep.reshape(-1).to(torch.int32))
@@ -183,7 +198,9 @@ def voxelize(points, grid_size, voxel_size, origin, features=None, lengths=None,
     kept = keep.reshape(-1, 1)
     if reduce in ("sum", "mean"):
         src = torch.where(kept, feats, torch.zeros_like(feats))
-        acc = torch.zeros(B * cells, C, dtype=acc_dtype, device=points.device).index_add(0, flat, src)
+        acc = torch.zeros(B * cells, C, dtype=acc_dtype, device=points.device).index_add(
+            0, flat, src
+        )
         if reduce == "mean":
             acc = acc / counts.clamp(min=1).unsqueeze(-1)
     elif reduce == "max":

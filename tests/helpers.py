@@ -1,4 +1,5 @@
 """Random inputs for the tests: fresh on every call, never zeros."""
+
 import torch
 
 

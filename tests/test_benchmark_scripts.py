@@ -1,6 +1,7 @@
 """The profiling scripts in benchmark/ stay runnable: each answers --help, and
 where no GPU with robocache's CUDA kernels is present it says so and exits
 instead of failing with a traceback."""
+
 import os
 import subprocess
 import sys
@@ -15,8 +16,12 @@ SCRIPTS = ["bwd_kernels.py", "voxel_kernels.py", "ncu_cases.py"]
 
 
 def _run(script, *args):
-    return subprocess.run([sys.executable, os.path.join(BENCHMARK, script), *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, os.path.join(BENCHMARK, script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -26,8 +31,10 @@ def test_help(script):
     assert r.stdout.startswith("usage: " + script), r.stdout
 
 
-@pytest.mark.skipif(torch.cuda.is_available() and robocache.is_cuda_available(),
-                    reason="a GPU is present: the scripts would run in full")
+@pytest.mark.skipif(
+    torch.cuda.is_available() and robocache.is_cuda_available(),
+    reason="a GPU is present: the scripts would run in full",
+)
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_without_gpu_exits_clearly(script):
     r = _run(script)

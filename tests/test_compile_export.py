@@ -1,4 +1,5 @@
 """The whole torch.compile / torch.export / AOTInductor path, on the example policy."""
+
 import os
 import subprocess
 import sys
@@ -6,11 +7,10 @@ import sys
 import pytest
 import torch
 import torch._dynamo.testing
+from conftest import requires_cuda
 from torch.testing import assert_close
 
 import robocache  # noqa: F401
-
-from conftest import requires_cuda
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 sys.path.insert(0, EXAMPLES)
@@ -34,7 +34,11 @@ def test_compile_fullgraph_without_recompiles_or_graph_breaks(device, policy, dy
     compiled = torch.compile(policy, backend=counter, fullgraph=True, dynamic=dynamic)
     # Static shapes: new data, same shapes. Dynamic: batch, steps, stream
     # lengths and cloud size all change.
-    calls = [(4, 1.0, 2048), (4, 1.0, 2048)] if not dynamic else [(4, 1.0, 2048), (3, 1.5, 3000), (5, 0.6, 1500)]
+    calls = (
+        [(4, 1.0, 2048), (4, 1.0, 2048)]
+        if not dynamic
+        else [(4, 1.0, 2048), (3, 1.5, 3000), (5, 0.6, 1500)]
+    )
     frames_after_first_call = None
     for seed, (B, seconds, points) in enumerate(calls):
         x = example_inputs(B, seconds, device=device, seed=seed, points=points)
@@ -45,7 +49,9 @@ def test_compile_fullgraph_without_recompiles_or_graph_breaks(device, policy, dy
             # one compile, not a recompile.
             frames_after_first_call = counter.frame_count
     assert counter.frame_count == frames_after_first_call, "recompiled when inputs changed"
-    assert not torch._dynamo.utils.counters["graph_break"], dict(torch._dynamo.utils.counters["graph_break"])
+    assert not torch._dynamo.utils.counters["graph_break"], dict(
+        torch._dynamo.utils.counters["graph_break"]
+    )
 
 
 def test_backward_through_compiled_policy(device, policy):
@@ -69,7 +75,9 @@ def test_fx_symbolic_trace_keeps_one_node_per_call():
     torch.manual_seed(0)
     policy = MultiRatePolicy()
     gm = torch.fx.symbolic_trace(policy)
-    targets = [n.target for n in gm.graph.nodes if n.op == "call_function" and "robocache" in str(n.target)]
+    targets = [
+        n.target for n in gm.graph.nodes if n.op == "call_function" and "robocache" in str(n.target)
+    ]
     assert sorted(map(str, targets)) == ["robocache.fuse", "robocache.voxelize"]
     x = example_inputs(2, 1.0)
     assert_close(gm(*x), policy(*x))
@@ -94,15 +102,18 @@ def test_export_has_single_robocache_nodes(exported):
     ep = exported[0]
     targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
     assert sorted(map(str, (t for t in targets if t in ROBOCACHE_OPS))) == [
-        "robocache.fuse.default", "robocache.voxelize.default"]
+        "robocache.fuse.default",
+        "robocache.voxelize.default",
+    ]
     # No decomposition: nothing of the operators' internals leaked into the graph.
     assert not any("searchsorted" in str(t) or "index_put" in str(t) for t in targets)
 
 
 def _run_fresh(kind, path, check):
     runner = os.path.join(EXAMPLES, "run_exported.py")
-    result = subprocess.run([sys.executable, runner, kind, path, check], capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, runner, kind, path, check], capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr
     assert "max |diff| vs eager" in result.stdout
     return result.stdout
@@ -119,13 +130,17 @@ def _plain_aoti_loads(device, out_dir):
     x = torch.randn(3, 8, device=device)
     ep = torch.export.export(_Plain(), (x,))
     path = torch._inductor.aoti_compile_and_package(
-        ep, package_path=os.path.join(out_dir, f"plain_{device}.pt2"))
-    code = ("import sys, torch; m = torch._inductor.aoti_load_package(sys.argv[1]); "
-            f"x = torch.ones(3, 8, device={device!r}); "
-            "assert torch.equal(m(x).cpu(), (torch.sin(x) + 1).cpu()); print('ok')")
+        ep, package_path=os.path.join(out_dir, f"plain_{device}.pt2")
+    )
+    code = (
+        "import sys, torch; m = torch._inductor.aoti_load_package(sys.argv[1]); "
+        f"x = torch.ones(3, 8, device={device!r}); "
+        "assert torch.equal(m(x).cpu(), (torch.sin(x) + 1).cpu()); print('ok')"
+    )
     try:
-        r = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
-                           timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-c", code, path], capture_output=True, text=True, timeout=300
+        )
     except subprocess.TimeoutExpired:
         return False, "timed out"
     return r.returncode == 0 and "ok" in r.stdout, f"rc {r.returncode}: {r.stderr[-300:]}"
@@ -137,14 +152,20 @@ def _run_aoti_fresh(package, check, device, out_dir):
     in this environment (seen with torch 2.11 on one GPU machine: a segfault in
     the generated wrapper's std::regex), and the test is skipped saying so."""
     runner = os.path.join(EXAMPLES, "run_exported.py")
-    result = subprocess.run([sys.executable, runner, "aoti", package, check],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, runner, "aoti", package, check],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if result.returncode != 0:
         ok, detail = _plain_aoti_loads(device, out_dir)
         if not ok:
-            pytest.skip(f"AOTInductor cannot load even a package without robocache operators "
-                        f"in this environment (torch {torch.__version__}; plain package: {detail}; "
-                        f"robocache package: rc {result.returncode})")
+            pytest.skip(
+                f"AOTInductor cannot load even a package without robocache operators "
+                f"in this environment (torch {torch.__version__}; plain package: {detail}; "
+                f"robocache package: rc {result.returncode})"
+            )
     assert result.returncode == 0, result.stderr
     assert "max |diff| vs eager" in result.stdout
 

@@ -1,19 +1,26 @@
 """robocache.fuse: many streams onto one timeline, in one kernel."""
+
 import pytest
 import torch
+from conftest import requires_cuda, tolerance
+from helpers import query_times, sorted_times
 from torch.testing import assert_close
 
 import robocache
 from robocache import reference
 
-from conftest import requires_cuda, tolerance
-from helpers import query_times, sorted_times
-
 MODES = ["linear", "nearest", "previous"]
 
 
-def make_streams(B, specs, device, value_dtype=torch.float32, time_dtype=torch.float64,
-                 shared=False, with_lengths=False):
+def make_streams(
+    B,
+    specs,
+    device,
+    value_dtype=torch.float32,
+    time_dtype=torch.float64,
+    shared=False,
+    with_lengths=False,
+):
     """specs: [(S_k, D_k)] -> list of (values, times[, lengths]) tuples."""
     streams = []
     for S, D in specs:
@@ -29,7 +36,7 @@ def make_streams(B, specs, device, value_dtype=torch.float32, time_dtype=torch.f
 def per_stream(streams, query, modes, upcast=True):
     """Per-stream robocache.resample + torch.cat (upcast: the float64 reference instead)."""
     outs = []
-    for (entry, mode) in zip(streams, modes):
+    for entry, mode in zip(streams, modes):
         values, times = entry[0], entry[1]
         lengths = entry[2] if len(entry) == 3 else None
         if upcast:
@@ -39,13 +46,17 @@ def per_stream(streams, query, modes, upcast=True):
     return torch.cat(outs, dim=-1)
 
 
-@pytest.mark.parametrize("specs", [
-    [(17, 5)],
-    [(9, 1), (40, 1)],
-    [(3, 64), (3000, 16)],
-    [(30, 512), (100, 32), (50, 16)],
-    [(5 + 7 * k, 1 + (k % 5)) for k in range(16)],
-], ids=["one", "D1", "S3_vs_S3000", "vision_proprio_force", "sixteen"])
+@pytest.mark.parametrize(
+    "specs",
+    [
+        [(17, 5)],
+        [(9, 1), (40, 1)],
+        [(3, 64), (3000, 16)],
+        [(30, 512), (100, 32), (50, 16)],
+        [(5 + 7 * k, 1 + (k % 5)) for k in range(16)],
+    ],
+    ids=["one", "D1", "S3_vs_S3000", "vision_proprio_force", "sixteen"],
+)
 @pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("with_lengths", [False, True])
 def test_matches_per_stream_resample_and_reference(device, specs, shared, with_lengths):
@@ -59,7 +70,9 @@ def test_matches_per_stream_resample_and_reference(device, specs, shared, with_l
     assert_close(out.double(), per_stream(streams, query, modes), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("value_dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    "value_dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+)
 @pytest.mark.parametrize("time_dtype", [torch.float32, torch.float64, torch.int64])
 @pytest.mark.parametrize("mode", MODES)
 def test_dtypes_and_modes(device, value_dtype, time_dtype, mode):
@@ -82,8 +95,9 @@ def test_non_contiguous_streams(device):
     lengths = torch.randint(1, 13, (2 * B,), device=device)[::2]
     streams = [(values, times), (other, other_t, lengths)]
     out = robocache.fuse(streams, query, modes=["nearest", "linear"])
-    assert_close(out.double(), per_stream(streams, query, ["nearest", "linear"]),
-                 rtol=1e-5, atol=1e-5)
+    assert_close(
+        out.double(), per_stream(streams, query, ["nearest", "linear"]), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_more_streams_than_one_launch_holds(device):
@@ -92,8 +106,9 @@ def test_more_streams_than_one_launch_holds(device):
     streams = make_streams(B, specs, device, time_dtype=torch.float32)
     query = query_times(B, T, torch.float32, device).requires_grad_()
     out = robocache.fuse(streams, query)
-    assert_close(out.double(), per_stream(streams, query.detach(), ["linear"] * 40),
-                 rtol=1e-5, atol=1e-5)
+    assert_close(
+        out.double(), per_stream(streams, query.detach(), ["linear"] * 40), rtol=1e-5, atol=1e-5
+    )
     out.sum().backward()
     expected = torch.autograd.grad(per_stream(streams, query, ["linear"] * 40).sum(), query)[0]
     assert_close(query.grad.double(), expected.double(), rtol=1e-4, atol=1e-4)
@@ -107,7 +122,9 @@ def test_mapping_modes_and_columns(device):
     out = robocache.fuse(streams, query, modes={"vision": "previous"})
     cols = robocache.fuse_columns(streams)
     assert cols == {"vision": slice(0, 12), "proprio": slice(12, 16), "force": slice(16, 19)}
-    assert torch.equal(out[..., cols["vision"]], robocache.resample(*vision, query, mode="previous"))
+    assert torch.equal(
+        out[..., cols["vision"]], robocache.resample(*vision, query, mode="previous")
+    )
     assert torch.equal(out[..., cols["force"]], robocache.resample(*force, query))
     assert robocache.fuse_columns([vision, force]) == [slice(0, 12), slice(12, 15)]
 
@@ -128,23 +145,35 @@ def test_fuse_multimodal_seed_call(device):
 
 def test_gradcheck(device):
     B, T = 2, 6
-    streams = make_streams(B, [(7, 2), (4, 3), (9, 1)], device, value_dtype=torch.float64,
-                           with_lengths=True)
+    streams = make_streams(
+        B, [(7, 2), (4, 3), (9, 1)], device, value_dtype=torch.float64, with_lengths=True
+    )
     values = [v.requires_grad_() for v, _, _ in streams]
     query = query_times(B, T, torch.float64, device).requires_grad_()
     modes = ["linear", "previous", "linear"]
 
     def fn(v0, v1, v2, q):
-        return robocache.fuse([(v0, streams[0][1], streams[0][2]), (v1, streams[1][1]),
-                               (v2, streams[2][1], streams[2][2])], q, modes=modes)
+        return robocache.fuse(
+            [
+                (v0, streams[0][1], streams[0][2]),
+                (v1, streams[1][1]),
+                (v2, streams[2][1], streams[2][2]),
+            ],
+            q,
+            modes=modes,
+        )
 
     assert torch.autograd.gradcheck(fn, (*values, query), eps=1e-6, atol=1e-5)
 
 
-@pytest.mark.parametrize("specs", [
-    [(30, 512), (100, 32), (3000, 16)],
-    [(5 + 7 * k, 1 + (k % 5)) for k in range(40)],
-], ids=["vision_proprio_force", "forty"])
+@pytest.mark.parametrize(
+    "specs",
+    [
+        [(30, 512), (100, 32), (3000, 16)],
+        [(5 + 7 * k, 1 + (k % 5)) for k in range(40)],
+    ],
+    ids=["vision_proprio_force", "forty"],
+)
 def test_gradients_queries_in_and_out_of_order(device, specs):
     """The backward of several streams (more streams than one CUDA launch
     holds in "forty") against the float64 reference: rows of queries in
@@ -162,8 +191,9 @@ def test_gradients_queries_in_and_out_of_order(device, specs):
     v64 = [v.detach().double().requires_grad_() for v in values]
     ref_streams = [(v, t, n) for v, (_, t, n) in zip(v64, streams)]
     q64 = query.clone().requires_grad_()
-    expected = torch.autograd.grad(reference.fuse(ref_streams, q64, modes=modes), (*v64, q64),
-                                   grad.double())
+    expected = torch.autograd.grad(
+        reference.fuse(ref_streams, q64, modes=modes), (*v64, q64), grad.double()
+    )
     for a, b in zip(got, expected):
         assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
 
@@ -197,8 +227,10 @@ def test_opcheck_backward_op(device):
     times = [t for _, t in streams]
     query = query_times(2, 6, torch.float32, device)
     grad = torch.randn(2, 6, 7, device=device)
-    torch.library.opcheck(torch.ops.robocache._fuse_backward.default,
-                          (grad, values, times, query, None, "linear", [True, False], True))
+    torch.library.opcheck(
+        torch.ops.robocache._fuse_backward.default,
+        (grad, values, times, query, None, "linear", [True, False], True),
+    )
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -207,14 +239,16 @@ def test_torch_compile_fullgraph(device, dynamic):
     counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
 
     def f(vision, vision_t, proprio, proprio_t, query):
-        fused = robocache.fuse([(vision, vision_t), (proprio, proprio_t)], query,
-                               modes=["previous", "linear"])
+        fused = robocache.fuse(
+            [(vision, vision_t), (proprio, proprio_t)], query, modes=["previous", "linear"]
+        )
         return torch.tanh(fused)
 
     compiled = torch.compile(f, backend=counter, fullgraph=True, dynamic=dynamic)
     for B, T in [(2, 5), (3, 9), (4, 12)]:
-        (vision, vision_t), (proprio, proprio_t) = make_streams(B, [(10, 6), (40, 3)], device,
-                                                                time_dtype=torch.float32)
+        (vision, vision_t), (proprio, proprio_t) = make_streams(
+            B, [(10, 6), (40, 3)], device, time_dtype=torch.float32
+        )
         query = query_times(B, T, torch.float32, device)
         args = (vision, vision_t, proprio, proprio_t, query)
         assert_close(compiled(*args), f(*args))
@@ -243,6 +277,7 @@ def test_torch_compile_backward(device):
 # Errors
 # ---------------------------------------------------------------------------
 
+
 def test_error_empty_stream_list():
     with pytest.raises(ValueError, match="streams is empty"):
         robocache.fuse([], torch.rand(4))
@@ -269,7 +304,9 @@ def test_error_batch_mismatch_between_streams():
 
 def test_error_mixed_dtypes_name_the_stream():
     a = (torch.randn(2, 5, 3), torch.arange(5.0))
-    with pytest.raises(TypeError, match=r"stream 1: values dtype Double differs from stream 0's Float"):
+    with pytest.raises(
+        TypeError, match=r"stream 1: values dtype Double differs from stream 0's Float"
+    ):
         robocache.fuse([a, (torch.randn(2, 5, 3).double(), torch.arange(5.0))], torch.rand(4))
     with pytest.raises(TypeError, match=r"stream 1: times dtype Double differs"):
         robocache.fuse([a, (torch.randn(2, 5, 3), torch.arange(5.0).double())], torch.rand(4))
@@ -284,13 +321,25 @@ def test_error_different_devices():
 
 def test_error_modes_and_lengths_lists():
     a = (torch.randn(2, 5, 3), torch.arange(5.0))
-    with pytest.raises(ValueError, match=r"modes\[1\] must be 'linear', 'nearest' or 'previous'; got 'cubic'"):
+    with pytest.raises(
+        ValueError, match=r"modes\[1\] must be 'linear', 'nearest' or 'previous'; got 'cubic'"
+    ):
         robocache.fuse([a, a], torch.rand(4), modes=["linear", "cubic"])
-    with pytest.raises(ValueError, match=r"modes must be one mode or one per stream, comma-separated; got 2 modes \('linear,previous'\) for 3 streams"):
+    with pytest.raises(
+        ValueError,
+        match=r"modes must be one mode or one per stream, comma-separated; got 2 modes \('linear,previous'\) for 3 streams",
+    ):
         torch.ops.robocache.fuse([a[0]] * 3, [a[1]] * 3, torch.rand(4), None, "linear,previous")
-    with pytest.raises(ValueError, match=r"lengths must be \(K, B\) with one row per stream \(K = 3\); got shape \[2, 2\]"):
-        torch.ops.robocache.fuse([a[0]] * 3, [a[1]] * 3, torch.rand(4), torch.ones(2, 2, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"stream 1: lengths must be \(B,\) = \(2,\); got shape \[3\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"lengths must be \(K, B\) with one row per stream \(K = 3\); got shape \[2, 2\]",
+    ):
+        torch.ops.robocache.fuse(
+            [a[0]] * 3, [a[1]] * 3, torch.rand(4), torch.ones(2, 2, dtype=torch.long)
+        )
+    with pytest.raises(
+        ValueError, match=r"stream 1: lengths must be \(B,\) = \(2,\); got shape \[3\]"
+    ):
         robocache.fuse([a, (a[0], a[1], torch.tensor([1, 2, 3]))], torch.rand(4))
     with pytest.raises(TypeError, match=r"stream 0: lengths must be an int64 tensor"):
         robocache.fuse([(a[0], a[1], torch.tensor([1, 2], dtype=torch.int32))], torch.rand(4))
@@ -303,6 +352,7 @@ def test_error_modes_and_lengths_lists():
 # ---------------------------------------------------------------------------
 # CUDA: one launch per forward
 # ---------------------------------------------------------------------------
+
 
 @requires_cuda
 def test_cuda_forward_is_one_kernel_launch():
@@ -321,8 +371,9 @@ def test_cuda_forward_is_one_kernel_launch():
 
 @requires_cuda
 def test_cuda_no_host_sync():
-    streams = make_streams(4, [(20, 8), (50, 4)], "cuda", time_dtype=torch.float32,
-                           with_lengths=True)
+    streams = make_streams(
+        4, [(20, 8), (50, 4)], "cuda", time_dtype=torch.float32, with_lengths=True
+    )
     for v, _, _ in streams:
         v.requires_grad_()
     query = query_times(4, 16, torch.float32, "cuda").requires_grad_()
@@ -337,8 +388,9 @@ def test_cuda_no_host_sync():
 
 @requires_cuda
 @pytest.mark.parametrize("n", [1000, 70_001, 300_007])
-@pytest.mark.parametrize("specs", [[(70, 4), (9, 2)], [(300, 8), (40, 3), (7, 1)]],
-                         ids=["two", "three"])
+@pytest.mark.parametrize(
+    "specs", [[(70, 4), (9, 2)], [(300, 8), (40, 3), (7, 1)]], ids=["two", "three"]
+)
 def test_cuda_forward_tiles(n, specs):
     """With several streams a whole block shares a tile of 32 to 256
     flattened queries (more as the launch grows); every tile size with a
@@ -354,5 +406,6 @@ def test_cuda_forward_tiles(n, specs):
     separate = per_stream(streams, query, modes, upcast=False)
     assert torch.equal(out.isnan(), separate.isnan())
     assert torch.equal(out.nan_to_num(), separate.nan_to_num())
-    assert_close(out.double(), per_stream(streams, query, modes), rtol=1e-5, atol=1e-5,
-                 equal_nan=True)
+    assert_close(
+        out.double(), per_stream(streams, query, modes), rtol=1e-5, atol=1e-5, equal_nan=True
+    )

@@ -1,14 +1,14 @@
 """Regression tests for what a hostile user broke (issue 16): higher-order and
 torch.func derivatives, non-finite data, overflow, and argument errors."""
+
 import numpy as np
 import pytest
 import torch
+from helpers import query_times, sorted_times
 from torch.testing import assert_close
 
 import robocache
 from robocache import reference
-
-from helpers import query_times, sorted_times
 
 F64 = torch.float64
 
@@ -24,13 +24,14 @@ def _resample_inputs(device, B=2, S=7, T=5, D=3, shared_query=False):
 # 1. Double backward
 # ---------------------------------------------------------------------------
 
+
 def test_double_backward_of_the_issue_example():
-    t = torch.arange(4.).double()
-    v = torch.tensor([[[0.], [1.], [4.], [9.]]], dtype=F64, requires_grad=True)
-    q = torch.tensor([[.5, 1.5, 2.5]], dtype=F64, requires_grad=True)
-    gq, = torch.autograd.grad(robocache.resample(v, t, q).sum(), q, create_graph=True)
-    (gq ** 2).sum().backward()
-    assert_close(v.grad, torch.tensor([[[-2.], [-4.], [-4.], [10.]]], dtype=F64))
+    t = torch.arange(4.0).double()
+    v = torch.tensor([[[0.0], [1.0], [4.0], [9.0]]], dtype=F64, requires_grad=True)
+    q = torch.tensor([[0.5, 1.5, 2.5]], dtype=F64, requires_grad=True)
+    (gq,) = torch.autograd.grad(robocache.resample(v, t, q).sum(), q, create_graph=True)
+    (gq**2).sum().backward()
+    assert_close(v.grad, torch.tensor([[[-2.0], [-4.0], [-4.0], [10.0]]], dtype=F64))
 
 
 @pytest.mark.parametrize("mode", ["linear", "nearest", "previous"])
@@ -43,21 +44,26 @@ def test_resample_gradgradcheck(device, mode, shared_query, with_lengths):
     query.requires_grad_()
     times.requires_grad_()
     fn = lambda v, t, q: robocache.resample(v, t, q, lengths, mode)  # noqa: E731
-    assert torch.autograd.gradcheck(fn, (values, times, query), check_forward_ad=True,
-                                    check_batched_grad=True)
-    assert torch.autograd.gradgradcheck(fn, (values, times, query),
-                                        check_fwd_over_rev=True)
+    assert torch.autograd.gradcheck(
+        fn, (values, times, query), check_forward_ad=True, check_batched_grad=True
+    )
+    assert torch.autograd.gradgradcheck(fn, (values, times, query), check_fwd_over_rev=True)
 
 
 def test_fuse_gradgradcheck(device):
-    a = (torch.randn(2, 6, 2, device=device, dtype=F64, requires_grad=True),
-         sorted_times(2, 6, F64, device).requires_grad_())
-    b = (torch.randn(2, 9, 3, device=device, dtype=F64, requires_grad=True),
-         sorted_times(1, 9, F64, device, shared=True).requires_grad_(),
-         torch.tensor([9, 5], device=device))
+    a = (
+        torch.randn(2, 6, 2, device=device, dtype=F64, requires_grad=True),
+        sorted_times(2, 6, F64, device).requires_grad_(),
+    )
+    b = (
+        torch.randn(2, 9, 3, device=device, dtype=F64, requires_grad=True),
+        sorted_times(1, 9, F64, device, shared=True).requires_grad_(),
+        torch.tensor([9, 5], device=device),
+    )
     query = query_times(2, 4, F64, device, lo=0.5, hi=9.5).requires_grad_()
     fn = lambda va, ta, vb, tb, q: robocache.fuse(  # noqa: E731
-        [(va, ta), (vb, tb, b[2])], q, modes=["linear", "previous"])
+        [(va, ta), (vb, tb, b[2])], q, modes=["linear", "previous"]
+    )
     args = (a[0], a[1], b[0], b[1], query)
     assert torch.autograd.gradcheck(fn, args, check_forward_ad=True)
     assert torch.autograd.gradgradcheck(fn, args, check_fwd_over_rev=True)
@@ -67,8 +73,17 @@ def test_fuse_gradgradcheck(device):
 def test_voxelize_gradgradcheck(device, reduce):
     points = torch.rand(2, 40, 3, device=device, dtype=F64)
     features = torch.randn(2, 40, 3, device=device, dtype=F64, requires_grad=True)
-    fn = lambda f: robocache.voxelize(points, (3, 3, 3), 1 / 3, (0, 0, 0), features=f,  # noqa: E731
-                                      reduce=reduce) ** 2
+    fn = lambda f: (
+        robocache.voxelize(
+            points,
+            (3, 3, 3),
+            1 / 3,
+            (0, 0, 0),
+            features=f,  # noqa: E731
+            reduce=reduce,
+        )
+        ** 2
+    )
     assert torch.autograd.gradcheck(fn, (features,), check_forward_ad=True)
     assert torch.autograd.gradgradcheck(fn, (features,))
 
@@ -77,7 +92,7 @@ def test_voxelize_max_double_backward_raises(device):
     points = torch.rand(30, 3, device=device)
     features = torch.randn(30, 2, device=device, requires_grad=True)
     out = robocache.voxelize(points, (2, 2, 2), 0.5, (0, 0, 0), features=features, reduce="max")
-    g, = torch.autograd.grad((out ** 2).sum(), features, create_graph=True)
+    (g,) = torch.autograd.grad((out**2).sum(), features, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward is not supported for reduce='max'"):
         g.sum().backward()
 
@@ -85,6 +100,7 @@ def test_voxelize_max_double_backward_raises(device):
 # ---------------------------------------------------------------------------
 # 2. torch.func
 # ---------------------------------------------------------------------------
+
 
 def _leaves_close(a, b):
     for x, y in zip(torch.utils._pytree.tree_leaves(a), torch.utils._pytree.tree_leaves(b)):
@@ -98,8 +114,9 @@ def test_torch_func_resample(device, transform):
     def run(fn):
         f = lambda v, t, q: fn(v, t, q)  # noqa: E731
         if transform == "grad":
-            return torch.func.grad(lambda v, t, q: (f(v, t, q) ** 2).sum(),
-                                   argnums=(0, 1, 2))(values, times, query)
+            return torch.func.grad(lambda v, t, q: (f(v, t, q) ** 2).sum(), argnums=(0, 1, 2))(
+                values, times, query
+            )
         if transform == "jacrev":
             return torch.func.jacrev(f, argnums=(0, 1, 2))(values, times, query)
         if transform == "jacfwd":
@@ -125,7 +142,8 @@ def test_torch_func_fuse_and_voxelize(device, transform):
         return lambda f: fn(points, (2, 2, 2), 0.5, (0, 0, 0), features=f, reduce="mean")
 
     ref_voxelize = lambda p, g, s, o, features, reduce: reference.voxelize(  # noqa: E731
-        p, g, s, o, features=features, reduce=reduce)
+        p, g, s, o, features=features, reduce=reduce
+    )
     if transform == "vmap":
         many = values + torch.arange(3, device=device, dtype=F64).view(3, 1, 1, 1)
         run_fuse = lambda fn: torch.func.vmap(fused(fn), in_dims=(0, None))(many, query)  # noqa: E731
@@ -148,19 +166,27 @@ def test_nested_torch_func_raises_instead_of_a_zero_derivative(device):
 # 3, 7. Sizes that overflow
 # ---------------------------------------------------------------------------
 
+
 def test_grid_size_that_overflows_raises():
     with pytest.raises(ValueError, match="too many elements"):
-        robocache.voxelize(torch.tensor([[0.6, 0.1, 0.1]]), (3, 6148914691236517206, 1), 0.5,
-                           (0, 0, 0))
+        robocache.voxelize(
+            torch.tensor([[0.6, 0.1, 0.1]]), (3, 6148914691236517206, 1), 0.5, (0, 0, 0)
+        )
     with pytest.raises(ValueError, match="too many elements"):
-        torch.ops.robocache.voxelize(torch.rand(2, 4, 3, device="meta"), None, None,
-                                     [2 ** 40, 2 ** 20, 2 ** 4], [1.0], [0.0, 0.0, 0.0],
-                                     "occupancy")
+        torch.ops.robocache.voxelize(
+            torch.rand(2, 4, 3, device="meta"),
+            None,
+            None,
+            [2**40, 2**20, 2**4],
+            [1.0],
+            [0.0, 0.0, 0.0],
+            "occupancy",
+        )
 
 
 @pytest.mark.parametrize("reduce", ["count", "max"])
 def test_more_points_than_int32_counters_raise(reduce):
-    n = 2 ** 31 + 5
+    n = 2**31 + 5
     points = torch.full((1, 3), 0.5).expand(n, 3)  # no memory: one point, repeated
     features = torch.ones(1, 1).expand(n, 1) if reduce == "max" else None
     with pytest.raises(ValueError, match=r"at most 2\^31 - 1 points per cloud"):
@@ -172,10 +198,19 @@ def test_more_points_than_int32_counters_raise(reduce):
 # ---------------------------------------------------------------------------
 
 NUMPY_CASES = [  # (values, query) on times [0, 1]; numpy's TestInterp non-finite cases
-    ([0, -np.inf], 0.5), ([0, np.inf], 0.5), ([-np.inf, 10], 0.5), ([np.inf, 10], 0.5),
-    ([-np.inf, -np.inf], 0.5), ([np.inf, np.inf], 0.5), ([-np.inf, np.inf], 0.5),
-    ([np.inf, -np.inf], 0.5), ([np.nan, 10], 0.5), ([0, np.nan], 0.5), ([1, np.inf], 0.0),
-    ([np.inf, 4], 1.0), ([1, 2], 0.25),
+    ([0, -np.inf], 0.5),
+    ([0, np.inf], 0.5),
+    ([-np.inf, 10], 0.5),
+    ([np.inf, 10], 0.5),
+    ([-np.inf, -np.inf], 0.5),
+    ([np.inf, np.inf], 0.5),
+    ([-np.inf, np.inf], 0.5),
+    ([np.inf, -np.inf], 0.5),
+    ([np.nan, 10], 0.5),
+    ([0, np.nan], 0.5),
+    ([1, np.inf], 0.0),
+    ([np.inf, 4], 1.0),
+    ([1, 2], 0.25),
 ]
 
 
@@ -219,25 +254,41 @@ def test_blend_does_not_overflow_a_representable_result(device, dtype):
     for fn in (robocache.resample, reference.resample):
         out = fn(v, t, q).double().flatten()
         assert torch.isfinite(out).all()
-        assert_close(out, torch.tensor([0.0, -1.5e38], dtype=F64, device=device),
-                     rtol=1e-2, atol=float(v.double().abs().max()) * 1e-2)
+        assert_close(
+            out,
+            torch.tensor([0.0, -1.5e38], dtype=F64, device=device),
+            rtol=1e-2,
+            atol=float(v.double().abs().max()) * 1e-2,
+        )
 
 
 # ---------------------------------------------------------------------------
 # 8. Errors that name the argument
 # ---------------------------------------------------------------------------
 
+
 def _valid():
     return torch.randn(2, 5, 3), torch.arange(5.0), torch.rand(4) * 4
 
 
-@pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(mode=None), ValueError, r"robocache.resample: mode must be"),
-    (dict(mode="li near"), ValueError, r"mode must be"),
-    (dict(lengths=[5, 2]), TypeError, r"lengths must be a torch.Tensor or None; got list \(pass a tensor"),
-    (dict(values=np.zeros((2, 5, 3))), TypeError, r"values must be a torch.Tensor; got ndarray \(pass a tensor"),
-    (dict(times=list(range(5))), TypeError, r"times must be a torch.Tensor; got list"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(mode=None), ValueError, r"robocache.resample: mode must be"),
+        (dict(mode="li near"), ValueError, r"mode must be"),
+        (
+            dict(lengths=[5, 2]),
+            TypeError,
+            r"lengths must be a torch.Tensor or None; got list \(pass a tensor",
+        ),
+        (
+            dict(values=np.zeros((2, 5, 3))),
+            TypeError,
+            r"values must be a torch.Tensor; got ndarray \(pass a tensor",
+        ),
+        (dict(times=list(range(5))), TypeError, r"times must be a torch.Tensor; got list"),
+    ],
+)
 def test_resample_argument_errors(kwargs, exc, match):
     values, times, query = _valid()
     args = dict(values=values, times=times, query_times=query)
@@ -274,7 +325,9 @@ def test_check_true_flags_float32_times_too_coarse_for_their_rate():
 def test_fuse_argument_errors():
     a = (torch.randn(2, 5, 3), torch.arange(5.0))
     q = torch.rand(4)
-    with pytest.raises(TypeError, match=r"stream 1: lengths must be a torch.Tensor or None; got list"):
+    with pytest.raises(
+        TypeError, match=r"stream 1: lengths must be a torch.Tensor or None; got list"
+    ):
         robocache.fuse([a, (a[0], a[1], [5, 2])], q)
     with pytest.raises(ValueError, match=r"modes must have one mode per stream \(3\); got 1"):
         robocache.fuse([a, a, a], q, modes=["nearest"])
@@ -284,30 +337,50 @@ def test_fuse_argument_errors():
         robocache.fuse([a, a], q, modes="previous,linear,linear")
     out = robocache.fuse([a, a], q, modes="previous,linear")  # comma-separated works from Python
     assert_close(out, reference.fuse([a, a], q, modes=["previous", "linear"]))
-    with pytest.raises(ValueError, match=r"modes\[0\] must be 'linear', 'nearest' or 'previous'; got 'li near'"):
+    with pytest.raises(
+        ValueError, match=r"modes\[0\] must be 'linear', 'nearest' or 'previous'; got 'li near'"
+    ):
         torch.ops.robocache.fuse([a[0]], [a[1]], q, None, "li near")
     bad = a[1].clone()
     bad[3] = 0.0
-    with pytest.raises(ValueError, match=r"robocache.fuse: stream 'b': times must be non-decreasing"):
+    with pytest.raises(
+        ValueError, match=r"robocache.fuse: stream 'b': times must be non-decreasing"
+    ):
         robocache.fuse({"a": a, "b": (a[0], bad)}, q, check=True)
 
 
-@pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(voxel_size=np.float32(0.5)), None, None),
-    (dict(voxel_size=torch.tensor(0.5)), None, None),
-    (dict(origin=np.zeros(3)), None, None),
-    (dict(grid_size=(2.7, 2, 2)), TypeError, r"grid_size must be three integers"),
-    (dict(grid_size=(True, 2, 2)), TypeError, r"grid_size must be three integers"),
-    (dict(voxel_size=1e-50), ValueError, r"voxel_size 1e-50 is not positive and finite in the points' dtype"),
-    (dict(voxel_size=1e39), ValueError, r"not positive and finite in the points' dtype"),
-    (dict(points=np.zeros((4, 3), dtype=np.float32)), TypeError, r"points must be a torch.Tensor"),
-    (dict(lengths=[4]), TypeError, r"lengths must be a torch.Tensor or None; got list"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(voxel_size=np.float32(0.5)), None, None),
+        (dict(voxel_size=torch.tensor(0.5)), None, None),
+        (dict(origin=np.zeros(3)), None, None),
+        (dict(grid_size=(2.7, 2, 2)), TypeError, r"grid_size must be three integers"),
+        (dict(grid_size=(True, 2, 2)), TypeError, r"grid_size must be three integers"),
+        (
+            dict(voxel_size=1e-50),
+            ValueError,
+            r"voxel_size 1e-50 is not positive and finite in the points' dtype",
+        ),
+        (dict(voxel_size=1e39), ValueError, r"not positive and finite in the points' dtype"),
+        (
+            dict(points=np.zeros((4, 3), dtype=np.float32)),
+            TypeError,
+            r"points must be a torch.Tensor",
+        ),
+        (dict(lengths=[4]), TypeError, r"lengths must be a torch.Tensor or None; got list"),
+    ],
+)
 def test_voxelize_argument_errors(kwargs, exc, match):
     args = dict(points=torch.rand(4, 3), grid_size=(2, 2, 2), voxel_size=0.5, origin=(0, 0, 0))
     args.update(kwargs)
-    call = lambda: robocache.voxelize(args.pop("points"), args.pop("grid_size"),  # noqa: E731
-                                      args.pop("voxel_size"), args.pop("origin"), **args)
+    call = lambda: robocache.voxelize(
+        args.pop("points"),
+        args.pop("grid_size"),  # noqa: E731
+        args.pop("voxel_size"),
+        args.pop("origin"),
+        **args,
+    )
     if exc is None:
         assert call().shape == (2, 2, 2)
     else:
@@ -336,11 +409,13 @@ def test_cuda_tensor_on_a_build_without_cuda_kernels(monkeypatch):
 # One symbolic check per op, shared by CPU, CUDA and Meta
 # ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("device_name", ["cpu", "meta"])
 def test_voxelize_backward_checks_the_grad_shape_on_every_backend(device_name):
     points = torch.rand(2, 10, 3, device=device_name)
     features = torch.randn(2, 10, 4, device=device_name)
     grad = torch.randn(2, 4, 3, 3, 2, device=device_name)  # the result is (2, 4, 3, 3, 3)
     with pytest.raises(ValueError, match=r"grad must have the result's shape \[2, 4, 3, 3, 3\]"):
-        torch.ops.robocache._voxelize_backward(grad, points, features, None, [3, 3, 3], [0.4],
-                                               [0.0, 0.0, 0.0], "sum", grad)
+        torch.ops.robocache._voxelize_backward(
+            grad, points, features, None, [3, 3, 3], [0.4], [0.0, 0.0, 0.0], "sum", grad
+        )

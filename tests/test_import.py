@@ -1,4 +1,5 @@
 """import robocache fails clearly when its compiled library is missing or mismatched."""
+
 import glob
 import os
 import shutil
@@ -24,11 +25,17 @@ def _import_copy(tmp_path, with_library, torch_version):
     (dst / "_build_info.py").write_text(f"TORCH_VERSION = {torch_version!r}\nWITH_CUDA = False\n")
     # An editable install adds a meta-path finder that would resolve
     # robocache._C to the real library: import the copy without it.
-    code = ("import sys; sys.meta_path = [f for f in sys.meta_path "
-            "if '__editable__' not in getattr(f, '__module__', '')]; import robocache")
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
-                          capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    code = (
+        "import sys; sys.meta_path = [f for f in sys.meta_path "
+        "if '__editable__' not in getattr(f, '__module__', '')]; import robocache"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
 
 
 def test_missing_library_says_so_and_what_to_run(tmp_path):
@@ -41,8 +48,7 @@ def test_missing_library_says_so_and_what_to_run(tmp_path):
 def test_library_built_for_another_torch_says_which(tmp_path):
     result = _import_copy(tmp_path, with_library=True, torch_version="0.0.1")
     assert result.returncode != 0
-    assert (f"built against torch 0.0.1, but torch {torch.__version__} is installed"
-            in result.stderr)
+    assert f"built against torch 0.0.1, but torch {torch.__version__} is installed" in result.stderr
     assert "Rebuild it" in result.stderr
 
 

@@ -1,6 +1,7 @@
 """Every ```python block of README.md runs as written, each on its own in a
 fresh namespace, and the shapes its comments promise (``name = ...  # (8, 200, 14)``)
 are the shapes it makes."""
+
 import os
 import re
 

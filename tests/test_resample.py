@@ -1,14 +1,14 @@
 """robocache.resample: semantics, dtypes, autograd, tracing and errors."""
+
 import numpy as np
 import pytest
 import torch
+from conftest import requires_cuda, tolerance
+from helpers import query_times, sorted_times
 from torch.testing import assert_close
 
 import robocache
 from robocache import reference
-
-from conftest import requires_cuda, tolerance
-from helpers import query_times, sorted_times
 
 MODES = ["linear", "nearest", "previous"]
 VALUE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -27,6 +27,7 @@ def random_lengths(B, S, device):
 # ---------------------------------------------------------------------------
 # Results against the float64 reference and numpy.interp
 # ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("value_dtype", VALUE_DTYPES)
@@ -56,8 +57,18 @@ def test_layouts_and_lengths(device, mode, shared_times, shared_query, with_leng
     assert_close(out, ref64(values, times, query, lengths, mode), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("B,S,T,D", [(1, 1, 1, 1), (1, 7, 1, 1), (5, 1, 9, 3), (2, 9, 4, 1),
-                                     (2, 40, 17, 1000), (2, 40, 17, 1024), (3, 300, 200, 7)])
+@pytest.mark.parametrize(
+    "B,S,T,D",
+    [
+        (1, 1, 1, 1),
+        (1, 7, 1, 1),
+        (5, 1, 9, 3),
+        (2, 9, 4, 1),
+        (2, 40, 17, 1000),
+        (2, 40, 17, 1024),
+        (3, 300, 200, 7),
+    ],
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_shapes(device, B, S, T, D, dtype):
     values = torch.randn(B, S, D, device=device).to(dtype)
@@ -79,8 +90,9 @@ def test_matches_numpy_interp(device):
     for b in range(B):
         n = int(L[b])
         for d in range(D):
-            np.testing.assert_allclose(out[b, :, d], np.interp(q[b], t[b, :n], v[b, :n, d]),
-                                       rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(
+                out[b, :, d], np.interp(q[b], t[b, :n], v[b, :n, d]), rtol=1e-12, atol=1e-12
+            )
 
 
 def test_non_contiguous_inputs(device):
@@ -92,8 +104,7 @@ def test_non_contiguous_inputs(device):
     assert not (values.is_contiguous() or times.is_contiguous() or query.is_contiguous())
     for mode in MODES:
         out = robocache.resample(values, times, query, lengths, mode)
-        assert_close(out.double(), ref64(values, times, query, lengths, mode),
-                     rtol=1e-5, atol=1e-5)
+        assert_close(out.double(), ref64(values, times, query, lengths, mode), rtol=1e-5, atol=1e-5)
 
 
 def test_misaligned_values_use_the_scalar_path(device):
@@ -102,13 +113,18 @@ def test_misaligned_values_use_the_scalar_path(device):
     values = base[1:].view(2, 10, 8)
     times = sorted_times(2, 10, torch.float32, device)
     query = query_times(2, 12, torch.float32, device)
-    assert_close(robocache.resample(values, times, query).double(), ref64(values, times, query),
-                 rtol=1e-5, atol=1e-5)
+    assert_close(
+        robocache.resample(values, times, query).double(),
+        ref64(values, times, query),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 # ---------------------------------------------------------------------------
 # Edges
 # ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", MODES)
 def test_outside_range_holds_first_and_last(device, mode):
@@ -182,8 +198,9 @@ def test_nan_query_gives_nan(device, mode, dtype):
 
 def test_single_sample_is_constant(device):
     values = torch.randn(2, 1, 4, device=device)
-    out = robocache.resample(values, torch.zeros(2, 1, device=device),
-                             query_times(2, 7, torch.float32, device))
+    out = robocache.resample(
+        values, torch.zeros(2, 1, device=device), query_times(2, 7, torch.float32, device)
+    )
     assert torch.equal(out, values.expand(2, 7, 4))
 
 
@@ -216,6 +233,7 @@ def test_padding_past_lengths_is_ignored(device):
 # Precision of the times
 # ---------------------------------------------------------------------------
 
+
 def test_unix_epoch_float64_times(device):
     # float32 would quantize these to 128 s; float64 keeps sub-microsecond steps.
     base = 1.7e9
@@ -235,12 +253,15 @@ def test_int64_nanosecond_times(device):
     out = robocache.resample(values, times, base + offsets)
     assert_close(out[0, :, 0], offsets.double() / step, rtol=0, atol=1e-9)
     nearest = robocache.resample(values, times, base + offsets, mode="nearest")
-    assert torch.equal(nearest[0, :, 0], torch.div(offsets + step // 2, step, rounding_mode="floor").double())
+    assert torch.equal(
+        nearest[0, :, 0], torch.div(offsets + step // 2, step, rounding_mode="floor").double()
+    )
 
 
 # ---------------------------------------------------------------------------
 # Autograd
 # ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("shared_query", [False, True])
@@ -296,7 +317,7 @@ def mixed_order_queries(B, T, times, dtype, device):
     descending row; a sorted row with one NaN; a sorted row of one repeated
     time."""
     q = torch.sort(query_times(B, T, torch.float64, device), dim=1).values.to(dtype)
-    q[0, T // 3:T // 2] = q[0, T // 3]  # a run of one repeated query
+    q[0, T // 3 : T // 2] = q[0, T // 3]  # a run of one repeated query
     k = min(T // 4, times.shape[-1])
     on_knots = (times[2] if times.dim() == 2 else times)[:k].to(dtype)
     q[2] = torch.sort(torch.cat([q[2, : T - k], on_knots])).values
@@ -317,16 +338,22 @@ def check_gradients(values, times, query, lengths, mode, tol):
     weights do. A float32 query's gradient is formed in float32."""
     values = values.detach().requires_grad_()
     query = query.detach().requires_grad_(query.dtype.is_floating_point)
-    grad = torch.randn(values.shape[0], query.shape[-1], values.shape[-1], device=values.device,
-                       dtype=values.dtype)
+    grad = torch.randn(
+        values.shape[0], query.shape[-1], values.shape[-1], device=values.device, dtype=values.dtype
+    )
     inputs = lambda v, q: (v, q) if q.requires_grad else (v,)  # noqa: E731
-    got = torch.autograd.grad(robocache.resample(values, times, query, lengths, mode),
-                              inputs(values, query), grad)
+    got = torch.autograd.grad(
+        robocache.resample(values, times, query, lengths, mode), inputs(values, query), grad
+    )
     v64 = values.detach().double().requires_grad_()
     q_ref = query.detach().requires_grad_(query.requires_grad)
-    expected = torch.autograd.grad(reference.resample(v64, times, q_ref, lengths, mode),
-                                   inputs(v64, q_ref), grad.double(), allow_unused=True,
-                                   materialize_grads=True)
+    expected = torch.autograd.grad(
+        reference.resample(v64, times, q_ref, lengths, mode),
+        inputs(v64, q_ref),
+        grad.double(),
+        allow_unused=True,
+        materialize_grads=True,
+    )
     assert_close(got[0].double(), expected[0], rtol=tol, atol=tol)
     if query.requires_grad:
         q_tol = max(tol, 1e-4) if query.dtype == torch.float32 else tol
@@ -334,8 +361,9 @@ def check_gradients(values, times, query, lengths, mode, tol):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("S,T,D", [(37, 1000, 3), (300, 20, 8), (300, 301, 16), (70, 90, 200),
-                                   (5, 64, 1)])
+@pytest.mark.parametrize(
+    "S,T,D", [(37, 1000, 3), (300, 20, 8), (300, 301, 16), (70, 90, 200), (5, 64, 1)]
+)
 @pytest.mark.parametrize("time_dtype", TIME_DTYPES)
 def test_gradients_queries_in_and_out_of_order(device, mode, S, T, D, time_dtype):
     """Gradients against the float64 reference: upsampling
@@ -351,8 +379,11 @@ def test_gradients_queries_in_and_out_of_order(device, mode, S, T, D, time_dtype
         times = times.to(time_dtype)
     scale = 1e6 if time_dtype == torch.int64 else 1.0
     query = mixed_order_queries(B, T, times.double() / scale, torch.float64, device) * scale
-    query = query.to(time_dtype) if time_dtype != torch.int64 else \
-        torch.nan_to_num(query, nan=0.0).round().to(torch.int64)
+    query = (
+        query.to(time_dtype)
+        if time_dtype != torch.int64
+        else torch.nan_to_num(query, nan=0.0).round().to(torch.int64)
+    )
     lengths = torch.randint(1, S + 1, (B,), device=device)
     lengths[1] = 1
     for lens in (None, lengths):
@@ -383,8 +414,9 @@ def test_half_precision_gradients_every_query_order(device, dtype):
     values = torch.randn(B, S, D, device=device).to(dtype)
     times = sorted_times(B, S, torch.float32, device)
     query = mixed_order_queries(B, T, times, torch.float32, device)
-    check_gradients(values, times, query, None, "linear",
-                    {torch.float16: 5e-3, torch.bfloat16: 3e-2}[dtype])
+    check_gradients(
+        values, times, query, None, "linear", {torch.float16: 5e-3, torch.bfloat16: 3e-2}[dtype]
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -408,8 +440,8 @@ def test_times_gradient_matches_reference(device):
     times = sorted_times(2, 6, torch.float64, device).requires_grad_()
     query = query_times(2, 9, torch.float64, device)
     grad = torch.randn(2, 9, 3, device=device, dtype=torch.float64)
-    got, = torch.autograd.grad(robocache.resample(values, times, query), times, grad)
-    expected, = torch.autograd.grad(reference.resample(values, times, query), times, grad)
+    (got,) = torch.autograd.grad(robocache.resample(values, times, query), times, grad)
+    (expected,) = torch.autograd.grad(reference.resample(values, times, query), times, grad)
     assert got.abs().sum() > 0
     assert_close(got, expected, rtol=1e-10, atol=1e-10)
 
@@ -417,6 +449,7 @@ def test_times_gradient_matches_reference(device):
 # ---------------------------------------------------------------------------
 # opcheck, torch.compile, FX
 # ---------------------------------------------------------------------------
+
 
 def _opcheck_args(device, requires_grad, time_dtype=torch.float32):
     B, S, T, D = 3, 11, 6, 4
@@ -433,7 +466,9 @@ def _opcheck_args(device, requires_grad, time_dtype=torch.float32):
 def test_opcheck(device, requires_grad, mode):
     values, times, query = _opcheck_args(device, requires_grad)
     lengths = torch.tensor([11, 4, 1], device=device)
-    torch.library.opcheck(torch.ops.robocache.resample.default, (values, times, query, lengths, mode))
+    torch.library.opcheck(
+        torch.ops.robocache.resample.default, (values, times, query, lengths, mode)
+    )
     torch.library.opcheck(torch.ops.robocache.resample.default, (values, times[0], query[0]))
 
 
@@ -447,8 +482,10 @@ def test_opcheck_backward_op(device):
     values, times, query = _opcheck_args(device, False)
     grad = torch.randn(values.shape[0], query.shape[1], values.shape[2], device=device)
     for flags in [(True, True), (True, False), (False, True)]:
-        torch.library.opcheck(torch.ops.robocache._resample_backward.default,
-                              (grad, values, times, query, None, "linear", *flags))
+        torch.library.opcheck(
+            torch.ops.robocache._resample_backward.default,
+            (grad, values, times, query, None, "linear", *flags),
+        )
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -490,10 +527,15 @@ def test_fx_and_export_keep_one_node():
         def forward(self, values, times, query):
             return robocache.resample(values, times, query, mode="previous")
 
-    args = (torch.randn(2, 8, 3), sorted_times(2, 8, torch.float32), query_times(2, 5, torch.float32))
+    args = (
+        torch.randn(2, 8, 3),
+        sorted_times(2, 8, torch.float32),
+        query_times(2, 5, torch.float32),
+    )
     gm = torch.fx.symbolic_trace(M())
     assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [
-        torch.ops.robocache.resample]
+        torch.ops.robocache.resample
+    ]
     batch = torch.export.Dim("batch")
     ep = torch.export.export(M(), args, dynamic_shapes=({0: batch}, {0: batch}, {0: batch}))
     targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
@@ -505,29 +547,44 @@ def test_fx_and_export_keep_one_node():
 # Errors: each misuse names the argument
 # ---------------------------------------------------------------------------
 
+
 def _valid(device="cpu"):
-    return (torch.randn(2, 5, 3, device=device), torch.arange(5.0, device=device),
-            torch.rand(2, 4, device=device) * 4)
+    return (
+        torch.randn(2, 5, 3, device=device),
+        torch.arange(5.0, device=device),
+        torch.rand(2, 4, device=device) * 4,
+    )
 
 
-@pytest.mark.parametrize("case,exc,match", [
-    ("values_rank", ValueError, r"values must be 3-D \(B, S, D\); got shape \[2, 5\]"),
-    ("times_rank", ValueError, r"times must be \(B, S\) or \(S,\); got shape \[1, 2, 5\]"),
-    ("query_rank", ValueError, r"query_times must be \(B, T\) or \(T,\); got shape \[1, 2, 4\]"),
-    ("times_batch", ValueError, r"times has batch size different from values"),
-    ("query_batch", ValueError, r"query_times has batch size different from values"),
-    ("times_samples", ValueError, r"times must have S = values.shape\[1\] samples"),
-    ("mixed_time_dtypes", TypeError, r"times and query_times must have the same dtype"),
-    ("int_values", TypeError, r"values must be float32, float64, float16 or bfloat16; got Long"),
-    ("int32_times", TypeError, r"times must be float32, float64 or int64; got Int"),
-    ("empty_S", ValueError, r"no source samples \(S == 0\)"),
-    ("mode", ValueError, r"mode must be 'linear', 'nearest' or 'previous'; got 'cubic'"),
-    ("lengths_low", ValueError, r"lengths\[1\] = 0 is outside \[1, S\] with S = 5"),
-    ("lengths_high", ValueError, r"lengths\[0\] = 6 is outside \[1, S\] with S = 5"),
-    ("lengths_dtype", TypeError, r"lengths must be int64; got Int"),
-    ("lengths_shape", ValueError, r"lengths must have B = values.shape\[0\] entries"),
-    ("devices", ValueError, r"times must be on the same device as values"),
-])
+@pytest.mark.parametrize(
+    "case,exc,match",
+    [
+        ("values_rank", ValueError, r"values must be 3-D \(B, S, D\); got shape \[2, 5\]"),
+        ("times_rank", ValueError, r"times must be \(B, S\) or \(S,\); got shape \[1, 2, 5\]"),
+        (
+            "query_rank",
+            ValueError,
+            r"query_times must be \(B, T\) or \(T,\); got shape \[1, 2, 4\]",
+        ),
+        ("times_batch", ValueError, r"times has batch size different from values"),
+        ("query_batch", ValueError, r"query_times has batch size different from values"),
+        ("times_samples", ValueError, r"times must have S = values.shape\[1\] samples"),
+        ("mixed_time_dtypes", TypeError, r"times and query_times must have the same dtype"),
+        (
+            "int_values",
+            TypeError,
+            r"values must be float32, float64, float16 or bfloat16; got Long",
+        ),
+        ("int32_times", TypeError, r"times must be float32, float64 or int64; got Int"),
+        ("empty_S", ValueError, r"no source samples \(S == 0\)"),
+        ("mode", ValueError, r"mode must be 'linear', 'nearest' or 'previous'; got 'cubic'"),
+        ("lengths_low", ValueError, r"lengths\[1\] = 0 is outside \[1, S\] with S = 5"),
+        ("lengths_high", ValueError, r"lengths\[0\] = 6 is outside \[1, S\] with S = 5"),
+        ("lengths_dtype", TypeError, r"lengths must be int64; got Int"),
+        ("lengths_shape", ValueError, r"lengths must have B = values.shape\[0\] entries"),
+        ("devices", ValueError, r"times must be on the same device as values"),
+    ],
+)
 def test_errors(case, exc, match):
     values, times, query = _valid()
     lengths, mode = None, "linear"
@@ -570,8 +627,9 @@ def test_errors(case, exc, match):
 def test_error_grad_out_shape():
     values, times, query = _valid()
     with pytest.raises(ValueError, match=r"grad_out must have shape \[2, 4, 3\]; got \[2, 5, 3\]"):
-        torch.ops.robocache._resample_backward(torch.randn(2, 5, 3), values, times, query, None,
-                                               "linear", True, True)
+        torch.ops.robocache._resample_backward(
+            torch.randn(2, 5, 3), values, times, query, None, "linear", True, True
+        )
 
 
 def test_check_true_rejects_unsorted_times_and_bad_lengths(device):
@@ -591,6 +649,7 @@ def test_check_true_rejects_unsorted_times_and_bad_lengths(device):
 # The seed API
 # ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("backend", [None, "auto", "pytorch"])
 def test_resample_trajectories(device, backend):
     src = torch.randn(4, 30, 7, device=device)
@@ -608,12 +667,14 @@ def test_resample_trajectories_bad_backend():
 
 def test_is_cuda_available_reports_the_build():
     from robocache import _build_info
+
     assert robocache.is_cuda_available() == _build_info.WITH_CUDA
 
 
 # ---------------------------------------------------------------------------
 # CUDA-only contracts
 # ---------------------------------------------------------------------------
+
 
 @requires_cuda
 def test_cuda_lengths_contract_without_host_sync():
@@ -691,14 +752,16 @@ def test_cuda_graph_capture_and_replay():
 @requires_cuda
 def test_cuda_reduce_overhead_compile():
     torch._dynamo.reset()
-    f = torch.compile(lambda v, t, q: robocache.resample(v, t, q) + 1, mode="reduce-overhead",
-                      fullgraph=True)
+    f = torch.compile(
+        lambda v, t, q: robocache.resample(v, t, q) + 1, mode="reduce-overhead", fullgraph=True
+    )
     values = torch.randn(4, 50, 8, device="cuda")
     times = sorted_times(4, 50, torch.float32, "cuda")
     for _ in range(3):
         query = query_times(4, 20, torch.float32, "cuda")
-        assert_close(f(values, times, query).double(), ref64(values, times, query) + 1,
-                     rtol=1e-5, atol=1e-5)
+        assert_close(
+            f(values, times, query).double(), ref64(values, times, query) + 1, rtol=1e-5, atol=1e-5
+        )
 
 
 @requires_cuda
@@ -722,7 +785,9 @@ def test_cuda_index_math_past_2_pow_31():
     out = robocache.resample(values, times, query)
     assert out.numel() > 2**31
     idx = torch.tensor([0, 1, T // 2, T - 2, T - 1], device="cuda")
-    assert_close(out[0, idx].double(), ref64(values, times, query[idx])[0], rtol=1.6e-2, atol=1.6e-2)
+    assert_close(
+        out[0, idx].double(), ref64(values, times, query[idx])[0], rtol=1.6e-2, atol=1.6e-2
+    )
     del out
 
 
@@ -749,8 +814,9 @@ def test_query_order_and_repeated_times_on_long_rows(device, order, mode):
 
 @requires_cuda
 @pytest.mark.parametrize("n", [1000, 35_001, 70_001, 140_001, 300_007])
-@pytest.mark.parametrize("D,dtype", [(4, torch.float32), (6, torch.float32), (16, torch.bfloat16),
-                                     (3, torch.float64)])
+@pytest.mark.parametrize(
+    "D,dtype", [(4, torch.float32), (6, torch.float32), (16, torch.bfloat16), (3, torch.float64)]
+)
 @pytest.mark.parametrize("tdtype", [torch.float32, torch.float64])
 def test_cuda_forward_tiles(n, D, dtype, tdtype):
     """The CUDA forward runs in tiles of 32 to 256 flattened queries (more
@@ -771,5 +837,10 @@ def test_cuda_forward_tiles(n, D, dtype, tdtype):
         for lens in (None, lengths):
             out = robocache.resample(values, times, query, lens, mode)
             rtol, atol = tolerance(dtype)
-            assert_close(out.double(), ref64(values, times, query, lens, mode), rtol=rtol,
-                         atol=atol, equal_nan=True)
+            assert_close(
+                out.double(),
+                ref64(values, times, query, lens, mode),
+                rtol=rtol,
+                atol=atol,
+                equal_nan=True,
+            )

@@ -1,20 +1,21 @@
 """robocache.voxelize: point clouds into dense voxel grids."""
+
 import numpy as np
 import pytest
 import torch
+from conftest import requires_cuda, tolerance
 from torch.testing import assert_close
 
 import robocache
 from robocache import reference
 
-from conftest import requires_cuda, tolerance
-
 REDUCES = ["occupancy", "count", "sum", "mean", "max"]
 FEATURE_REDUCES = ["sum", "mean", "max"]
 
 
-def numpy_voxelize(points, grid, voxel_size, origin, features=None, lengths=None,
-                   reduce="occupancy"):
+def numpy_voxelize(
+    points, grid, voxel_size, origin, features=None, lengths=None, reduce="occupancy"
+):
     """An independent NumPy computation (same float arithmetic in the points' dtype)."""
     p = points.cpu().numpy()
     batched = p.ndim == 3
@@ -66,8 +67,9 @@ def cloud(B, N, device, dtype=torch.float32, lo=-0.2, hi=1.2):
 
 
 def run(points, grid, voxel_size, origin, features=None, lengths=None, reduce="occupancy"):
-    out = robocache.voxelize(points, grid, voxel_size, origin, features=features, lengths=lengths,
-                             reduce=reduce)
+    out = robocache.voxelize(
+        points, grid, voxel_size, origin, features=features, lengths=lengths, reduce=reduce
+    )
     ref = reference.voxelize(points, grid, voxel_size, origin, features, lengths, reduce)
     npy = numpy_voxelize(points, grid, voxel_size, origin, features, lengths, reduce)
     return out, ref, npy
@@ -90,8 +92,9 @@ def test_matches_reference_and_numpy(device, reduce, point_dtype):
     B, N = 3, 2000
     points = cloud(B, N, device, point_dtype)
     features = torch.randn(B, N, 4, device=device) if reduce in FEATURE_REDUCES else None
-    out, ref, npy = run(points, (10, 7, 12), (0.1, 0.15, 0.09), (0.0, -0.05, 0.02),
-                        features, reduce=reduce)
+    out, ref, npy = run(
+        points, (10, 7, 12), (0.1, 0.15, 0.09), (0.0, -0.05, 0.02), features, reduce=reduce
+    )
     assert_matches(out, ref, npy)
     if reduce == "occupancy":
         assert out.dtype == point_dtype
@@ -101,7 +104,9 @@ def test_matches_reference_and_numpy(device, reduce, point_dtype):
 
 
 @pytest.mark.parametrize("reduce", FEATURE_REDUCES)
-@pytest.mark.parametrize("feature_dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    "feature_dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+)
 def test_feature_dtypes(device, reduce, feature_dtype):
     B, N = 2, 3000
     points = cloud(B, N, device)
@@ -117,8 +122,9 @@ def test_batch_sizes_and_single_cloud(device, B):
     features = torch.randn(B, 300, 3, device=device)
     out, ref, npy = run(points, (5, 4, 3), 0.25, (0, 0, 0), features, reduce="mean")
     assert_matches(out, ref, npy)
-    single = robocache.voxelize(points[0], (5, 4, 3), 0.25, (0, 0, 0), features=features[0],
-                                reduce="mean")
+    single = robocache.voxelize(
+        points[0], (5, 4, 3), 0.25, (0, 0, 0), features=features[0], reduce="mean"
+    )
     assert single.shape == (3, 5, 4, 3)
     assert_close(single, out[0])
     assert robocache.voxelize(points[0], (5, 4, 3), 0.25, (0, 0, 0)).shape == (5, 4, 3)
@@ -127,9 +133,18 @@ def test_batch_sizes_and_single_cloud(device, B):
 def test_boundaries_are_half_open(device):
     # Exactly representable: voxel 0.25, origin 0. A point on a boundary goes
     # to the voxel above it; the upper edge of the grid is outside.
-    points = torch.tensor([[0.0, 0.0, 0.0], [0.25, 0.5, 0.75], [1.0, 0.1, 0.1], [0.1, 1.0, 0.1],
-                           [0.1, 0.1, 1.0], [0.999, 0.999, 0.999], [-1e-7, 0.1, 0.1]],
-                          device=device)
+    points = torch.tensor(
+        [
+            [0.0, 0.0, 0.0],
+            [0.25, 0.5, 0.75],
+            [1.0, 0.1, 0.1],
+            [0.1, 1.0, 0.1],
+            [0.1, 0.1, 1.0],
+            [0.999, 0.999, 0.999],
+            [-1e-7, 0.1, 0.1],
+        ],
+        device=device,
+    )
     count = robocache.voxelize(points, (4, 4, 4), 0.25, (0, 0, 0), reduce="count")
     expected = torch.zeros(4, 4, 4, dtype=torch.int32)
     expected[0, 0, 0] = 1
@@ -142,9 +157,20 @@ def test_boundaries_are_half_open(device):
 def test_points_just_below_the_origin_and_far_away_are_dropped(device, dtype):
     # (p - origin) / voxel in (-1, 0) truncates to 0 but floors to -1: dropped.
     # Far finite points would overflow an int64 voxel coordinate: dropped.
-    points = torch.tensor([[-0.2, 0.1, 0.1], [0.1, -0.249, 0.1], [0.1, 0.1, -0.01],
-                           [1e30, 0.1, 0.1], [0.1, -1e30, 0.1], [0.1, 0.1, 3e38],
-                           [-0.0, -0.0, -0.0], [0.3, 0.3, 0.3]], device=device, dtype=dtype)
+    points = torch.tensor(
+        [
+            [-0.2, 0.1, 0.1],
+            [0.1, -0.249, 0.1],
+            [0.1, 0.1, -0.01],
+            [1e30, 0.1, 0.1],
+            [0.1, -1e30, 0.1],
+            [0.1, 0.1, 3e38],
+            [-0.0, -0.0, -0.0],
+            [0.3, 0.3, 0.3],
+        ],
+        device=device,
+        dtype=dtype,
+    )
     count = robocache.voxelize(points, (4, 4, 4), 0.25, (0, 0, 0), reduce="count")
     expected = torch.zeros(4, 4, 4, dtype=torch.int32)
     expected[0, 0, 0] = 1
@@ -166,8 +192,14 @@ def test_negative_coordinates_and_all_out_of_range(device):
 @pytest.mark.parametrize("reduce", REDUCES)
 def test_empty_clouds_and_zero_lengths(device, reduce):
     features = torch.randn(2, 0, 3, device=device) if reduce in FEATURE_REDUCES else None
-    out = robocache.voxelize(torch.empty(2, 0, 3, device=device), (3, 4, 5), 0.1, (0, 0, 0),
-                             features=features, reduce=reduce)
+    out = robocache.voxelize(
+        torch.empty(2, 0, 3, device=device),
+        (3, 4, 5),
+        0.1,
+        (0, 0, 0),
+        features=features,
+        reduce=reduce,
+    )
     assert out.shape[-3:] == (3, 4, 5) and int(out.abs().sum()) == 0
     points = cloud(2, 50, device)
     features = torch.randn(2, 50, 3, device=device) if reduce in FEATURE_REDUCES else None
@@ -180,8 +212,17 @@ def test_empty_clouds_and_zero_lengths(device, reduce):
 @pytest.mark.parametrize("reduce", REDUCES)
 def test_nan_and_inf_points_are_dropped(device, reduce):
     nan, inf = float("nan"), float("inf")
-    points = torch.tensor([[nan, 0.1, 0.1], [0.1, nan, 0.1], [inf, 0.1, 0.1], [0.1, -inf, 0.1],
-                           [0.1, 0.1, nan], [0.6, 0.6, 0.6]], device=device)
+    points = torch.tensor(
+        [
+            [nan, 0.1, 0.1],
+            [0.1, nan, 0.1],
+            [inf, 0.1, 0.1],
+            [0.1, -inf, 0.1],
+            [0.1, 0.1, nan],
+            [0.6, 0.6, 0.6],
+        ],
+        device=device,
+    )
     features = torch.ones(6, 2, device=device) if reduce in FEATURE_REDUCES else None
     out = robocache.voxelize(points, (2, 2, 2), 0.5, (0, 0, 0), features=features, reduce=reduce)
     total = out.double().sum().item()
@@ -218,13 +259,15 @@ def test_padding_past_lengths_is_ignored(device):
     points = cloud(2, 100, device)
     features = torch.randn(2, 100, 2, device=device)
     lengths = torch.tensor([100, 37], device=device)
-    out = robocache.voxelize(points, (4, 4, 4), 0.25, (0, 0, 0), features=features,
-                             lengths=lengths, reduce="sum")
+    out = robocache.voxelize(
+        points, (4, 4, 4), 0.25, (0, 0, 0), features=features, lengths=lengths, reduce="sum"
+    )
     points2, features2 = points.clone(), features.clone()
     points2[1, 37:] = 0.5
     features2[1, 37:] = 1e6
-    out2 = robocache.voxelize(points2, (4, 4, 4), 0.25, (0, 0, 0), features=features2,
-                              lengths=lengths, reduce="sum")
+    out2 = robocache.voxelize(
+        points2, (4, 4, 4), 0.25, (0, 0, 0), features=features2, lengths=lengths, reduce="sum"
+    )
     assert_close(out, out2)
 
 
@@ -232,7 +275,10 @@ def test_padding_past_lengths_is_ignored(device):
 # Autograd
 # ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("grid", [(1, 1, 1), (3, 5, 7), (3, 4, 5), (2, 4, 4), (4, 4, 6), (7, 9, 11)])
+
+@pytest.mark.parametrize(
+    "grid", [(1, 1, 1), (3, 5, 7), (3, 4, 5), (2, 4, 4), (4, 4, 6), (7, 9, 11)]
+)
 @pytest.mark.parametrize("reduce", REDUCES)
 def test_grid_sizes(device, reduce, grid):
     # Cells per cloud that are odd, a multiple of 4 but not of 32, one or a
@@ -269,8 +315,15 @@ def test_gradcheck(device, reduce):
     points = cloud(2, 40, device, torch.float64)
     features = torch.randn(2, 40, 3, dtype=torch.float64, device=device, requires_grad=True)
     lengths = torch.tensor([40, 25], device=device)
-    fn = lambda f: robocache.voxelize(points, (3, 3, 3), 1 / 3, (0, 0, 0), features=f,  # noqa: E731
-                                      lengths=lengths, reduce=reduce)
+    fn = lambda f: robocache.voxelize(
+        points,
+        (3, 3, 3),
+        1 / 3,
+        (0, 0, 0),
+        features=f,  # noqa: E731
+        lengths=lengths,
+        reduce=reduce,
+    )
     assert torch.autograd.gradcheck(fn, (features,), eps=1e-6, atol=1e-5)
 
 
@@ -287,8 +340,9 @@ def test_gradient_matches_reference(device, reduce):
 
 
 def test_max_tie_gives_gradient_to_lowest_index(device):
-    points = torch.tensor([[0.1, 0.1, 0.1], [0.2, 0.2, 0.2], [0.3, 0.3, 0.3], [0.9, 0.9, 0.9]],
-                          device=device)
+    points = torch.tensor(
+        [[0.1, 0.1, 0.1], [0.2, 0.2, 0.2], [0.3, 0.3, 0.3], [0.9, 0.9, 0.9]], device=device
+    )
     features = torch.tensor([[1.0], [5.0], [5.0], [2.0]], device=device, requires_grad=True)
     out = robocache.voxelize(points, (2, 2, 2), 0.5, (0, 0, 0), features=features, reduce="max")
     out.sum().backward()
@@ -298,7 +352,9 @@ def test_max_tie_gives_gradient_to_lowest_index(device):
 def test_no_gradient_to_points(device):
     points = cloud(1, 20, device).requires_grad_()
     features = torch.randn(1, 20, 2, device=device, requires_grad=True)
-    robocache.voxelize(points, (2, 2, 2), 0.5, (0, 0, 0), features=features, reduce="sum").sum().backward()
+    robocache.voxelize(
+        points, (2, 2, 2), 0.5, (0, 0, 0), features=features, reduce="sum"
+    ).sum().backward()
     assert points.grad is None and features.grad is not None
 
 
@@ -311,20 +367,44 @@ def test_opcheck(device, reduce, requires_grad):
         features = torch.randn(2, 60, 3, device=device, requires_grad=requires_grad)
     lengths = torch.tensor([60, 31], device=device)
     op = torch.ops.robocache.voxelize.default
-    torch.library.opcheck(op, (points, features, lengths, [4, 3, 5], [0.25], [0.0, 0.0, 0.0], reduce))
-    torch.library.opcheck(op, (points[0], features[0] if features is not None else None, None,
-                               [4, 3, 5], [0.25, 0.3, 0.2], [0.0, -0.1, 0.0], reduce))
+    torch.library.opcheck(
+        op, (points, features, lengths, [4, 3, 5], [0.25], [0.0, 0.0, 0.0], reduce)
+    )
+    torch.library.opcheck(
+        op,
+        (
+            points[0],
+            features[0] if features is not None else None,
+            None,
+            [4, 3, 5],
+            [0.25, 0.3, 0.2],
+            [0.0, -0.1, 0.0],
+            reduce,
+        ),
+    )
 
 
 def test_opcheck_backward_op(device):
     points = cloud(2, 60, device)
     features = torch.randn(2, 60, 3, device=device)
     for reduce in FEATURE_REDUCES:
-        result = robocache.voxelize(points, (4, 3, 5), 0.25, (0, 0, 0), features=features,
-                                    reduce=reduce)
-        torch.library.opcheck(torch.ops.robocache._voxelize_backward.default,
-                              (torch.randn_like(result), points, features, None, [4, 3, 5], [0.25],
-                               [0.0, 0.0, 0.0], reduce, result))
+        result = robocache.voxelize(
+            points, (4, 3, 5), 0.25, (0, 0, 0), features=features, reduce=reduce
+        )
+        torch.library.opcheck(
+            torch.ops.robocache._voxelize_backward.default,
+            (
+                torch.randn_like(result),
+                points,
+                features,
+                None,
+                [4, 3, 5],
+                [0.25],
+                [0.0, 0.0, 0.0],
+                reduce,
+                result,
+            ),
+        )
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
@@ -333,8 +413,9 @@ def test_torch_compile_fullgraph(device, dynamic):
     counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
 
     def f(points, features):
-        grid = robocache.voxelize(points, (6, 6, 6), 1 / 6, (0, 0, 0), features=features,
-                                  reduce="mean")
+        grid = robocache.voxelize(
+            points, (6, 6, 6), 1 / 6, (0, 0, 0), features=features, reduce="mean"
+        )
         return grid.sum(dim=1)
 
     compiled = torch.compile(f, backend=counter, fullgraph=True, dynamic=dynamic)
@@ -349,8 +430,10 @@ def test_torch_compile_backward(device):
     torch._dynamo.reset()
 
     def loss(points, features):
-        return (robocache.voxelize(points, (4, 4, 4), 0.25, (0, 0, 0), features=features,
-                                   reduce="max") ** 2).sum()
+        return (
+            robocache.voxelize(points, (4, 4, 4), 0.25, (0, 0, 0), features=features, reduce="max")
+            ** 2
+        ).sum()
 
     points = cloud(2, 100, device)
     features = torch.randn(2, 100, 3, device=device, requires_grad=True)
@@ -362,6 +445,7 @@ def test_torch_compile_backward(device):
 # ---------------------------------------------------------------------------
 # The seed API
 # ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("backend", [None, "auto", "pytorch"])
 def test_voxelize_point_cloud(device, backend):
@@ -377,57 +461,117 @@ def test_voxelize_point_cloud(device, backend):
 # Errors
 # ---------------------------------------------------------------------------
 
+
 def _voxel_call(**over):
-    args = dict(points=torch.rand(2, 10, 3), grid_size=(4, 4, 4), voxel_size=0.25,
-                origin=(0, 0, 0), features=None, lengths=None, reduce="occupancy")
+    args = dict(
+        points=torch.rand(2, 10, 3),
+        grid_size=(4, 4, 4),
+        voxel_size=0.25,
+        origin=(0, 0, 0),
+        features=None,
+        lengths=None,
+        reduce="occupancy",
+    )
     args.update(over)
-    return robocache.voxelize(args.pop("points"), args.pop("grid_size"), args.pop("voxel_size"),
-                              args.pop("origin"), **args)
+    return robocache.voxelize(
+        args.pop("points"),
+        args.pop("grid_size"),
+        args.pop("voxel_size"),
+        args.pop("origin"),
+        **args,
+    )
 
 
-@pytest.mark.parametrize("over,exc,match", [
-    (dict(grid_size=(4, 0, 4)), ValueError, r"grid_size must be positive; got \[4, 0, 4\]"),
-    (dict(grid_size=(4, -2, 4)), ValueError, r"grid_size must be positive"),
-    (dict(grid_size=(4, 4)), ValueError, r"grid_size must have 3 entries \(X, Y, Z\); got 2"),
-    (dict(voxel_size=0.0), ValueError, r"voxel_size must be positive and finite; got \[0\]"),
-    (dict(voxel_size=(0.1, -0.1, 0.1)), ValueError, r"voxel_size must be positive and finite"),
-    (dict(voxel_size=float("nan")), ValueError, r"voxel_size must be positive and finite"),
-    (dict(voxel_size=float("inf")), ValueError, r"voxel_size must be positive and finite"),
-    (dict(origin=(0, 0)), ValueError, r"origin must have 3 values; got 2"),
-    (dict(origin=(0, float("nan"), 0)), ValueError, r"origin must be finite"),
-    (dict(points=torch.rand(2, 10, 2)), ValueError, r"points must be \(B, N, 3\) or \(N, 3\); got shape \[2, 10, 2\]"),
-    (dict(points=torch.rand(1, 2, 10, 3)), ValueError, r"points must be \(B, N, 3\) or \(N, 3\)"),
-    (dict(points=torch.rand(2, 10, 3).half()), TypeError, r"points must be float32 or float64; got Half"),
-    (dict(reduce="sum"), ValueError, r"reduce='sum' needs features; got None"),
-    (dict(reduce="count", features=torch.rand(2, 10, 4)), ValueError, r"reduce='count' takes no features"),
-    (dict(reduce="mean", features=torch.rand(2, 9, 4)), ValueError, r"features has 9 points but points has 10"),
-    (dict(reduce="mean", features=torch.rand(3, 10, 4)), ValueError, r"features has batch size 3 but points has 2"),
-    (dict(reduce="mean", features=torch.rand(10, 4)), ValueError, r"features must be \(B, N, C\) like points"),
-    (dict(reduce="max", features=torch.rand(2, 10, 4).long()), TypeError, r"features must be float32"),
-    (dict(lengths=torch.tensor([10, 11])), ValueError, r"lengths\[1\] = 11 is outside \[0, N\] with N = 10"),
-    (dict(lengths=torch.tensor([-1, 3])), ValueError, r"lengths\[0\] = -1 is outside \[0, N\]"),
-    (dict(lengths=torch.tensor([10])), ValueError, r"lengths must have B = 2 entries"),
-    (dict(lengths=torch.tensor([10, 10]).int()), TypeError, r"lengths must be int64; got Int"),
-    (dict(reduce="median"), ValueError, r"reduce must be one of"),
-])
+@pytest.mark.parametrize(
+    "over,exc,match",
+    [
+        (dict(grid_size=(4, 0, 4)), ValueError, r"grid_size must be positive; got \[4, 0, 4\]"),
+        (dict(grid_size=(4, -2, 4)), ValueError, r"grid_size must be positive"),
+        (dict(grid_size=(4, 4)), ValueError, r"grid_size must have 3 entries \(X, Y, Z\); got 2"),
+        (dict(voxel_size=0.0), ValueError, r"voxel_size must be positive and finite; got \[0\]"),
+        (dict(voxel_size=(0.1, -0.1, 0.1)), ValueError, r"voxel_size must be positive and finite"),
+        (dict(voxel_size=float("nan")), ValueError, r"voxel_size must be positive and finite"),
+        (dict(voxel_size=float("inf")), ValueError, r"voxel_size must be positive and finite"),
+        (dict(origin=(0, 0)), ValueError, r"origin must have 3 values; got 2"),
+        (dict(origin=(0, float("nan"), 0)), ValueError, r"origin must be finite"),
+        (
+            dict(points=torch.rand(2, 10, 2)),
+            ValueError,
+            r"points must be \(B, N, 3\) or \(N, 3\); got shape \[2, 10, 2\]",
+        ),
+        (
+            dict(points=torch.rand(1, 2, 10, 3)),
+            ValueError,
+            r"points must be \(B, N, 3\) or \(N, 3\)",
+        ),
+        (
+            dict(points=torch.rand(2, 10, 3).half()),
+            TypeError,
+            r"points must be float32 or float64; got Half",
+        ),
+        (dict(reduce="sum"), ValueError, r"reduce='sum' needs features; got None"),
+        (
+            dict(reduce="count", features=torch.rand(2, 10, 4)),
+            ValueError,
+            r"reduce='count' takes no features",
+        ),
+        (
+            dict(reduce="mean", features=torch.rand(2, 9, 4)),
+            ValueError,
+            r"features has 9 points but points has 10",
+        ),
+        (
+            dict(reduce="mean", features=torch.rand(3, 10, 4)),
+            ValueError,
+            r"features has batch size 3 but points has 2",
+        ),
+        (
+            dict(reduce="mean", features=torch.rand(10, 4)),
+            ValueError,
+            r"features must be \(B, N, C\) like points",
+        ),
+        (
+            dict(reduce="max", features=torch.rand(2, 10, 4).long()),
+            TypeError,
+            r"features must be float32",
+        ),
+        (
+            dict(lengths=torch.tensor([10, 11])),
+            ValueError,
+            r"lengths\[1\] = 11 is outside \[0, N\] with N = 10",
+        ),
+        (dict(lengths=torch.tensor([-1, 3])), ValueError, r"lengths\[0\] = -1 is outside \[0, N\]"),
+        (dict(lengths=torch.tensor([10])), ValueError, r"lengths must have B = 2 entries"),
+        (dict(lengths=torch.tensor([10, 10]).int()), TypeError, r"lengths must be int64; got Int"),
+        (dict(reduce="median"), ValueError, r"reduce must be one of"),
+    ],
+)
 def test_errors(over, exc, match):
     with pytest.raises(exc, match=match):
         _voxel_call(**over)
 
 
 def test_error_unknown_reduce_in_the_operator():
-    with pytest.raises(ValueError, match=r"reduce must be 'occupancy', 'count', 'sum', 'mean' or 'max'; got 'median'"):
-        torch.ops.robocache.voxelize(torch.rand(10, 3), None, None, [2, 2, 2], [0.5], [0.0] * 3, "median")
+    with pytest.raises(
+        ValueError,
+        match=r"reduce must be 'occupancy', 'count', 'sum', 'mean' or 'max'; got 'median'",
+    ):
+        torch.ops.robocache.voxelize(
+            torch.rand(10, 3), None, None, [2, 2, 2], [0.5], [0.0] * 3, "median"
+        )
 
 
 def test_error_grid_too_large_is_torch_out_of_memory(device):
     with pytest.raises(RuntimeError, match=r"(?i)memory|allocate"):
-        robocache.voxelize(torch.rand(10, 3, device=device), (200000, 200000, 200000), 1.0, (0, 0, 0))
+        robocache.voxelize(
+            torch.rand(10, 3, device=device), (200000, 200000, 200000), 1.0, (0, 0, 0)
+        )
 
 
 # ---------------------------------------------------------------------------
 # CUDA-only contracts
 # ---------------------------------------------------------------------------
+
 
 @requires_cuda
 def test_cuda_no_host_sync_and_lengths_contract():
@@ -436,11 +580,16 @@ def test_cuda_no_host_sync_and_lengths_contract():
     lengths = torch.tensor([-1, 500, 40], device="cuda")
     torch.cuda.set_sync_debug_mode("error")
     try:
-        count = robocache.voxelize(points, (4, 4, 4), 0.25, (0, 0, 0), lengths=lengths, reduce="count")
-        occupied = [robocache.voxelize(points, grid, 0.25, (0, 0, 0), lengths=lengths)
-                    for grid in [(4, 4, 4), (3, 4, 3), (3, 5, 3)]]  # word, vector, scalar writes
-        mean = robocache.voxelize(points, (4, 4, 4), 0.25, (0, 0, 0), features=features,
-                                  lengths=lengths, reduce="max")
+        count = robocache.voxelize(
+            points, (4, 4, 4), 0.25, (0, 0, 0), lengths=lengths, reduce="count"
+        )
+        occupied = [
+            robocache.voxelize(points, grid, 0.25, (0, 0, 0), lengths=lengths)
+            for grid in [(4, 4, 4), (3, 4, 3), (3, 5, 3)]
+        ]  # word, vector, scalar writes
+        mean = robocache.voxelize(
+            points, (4, 4, 4), 0.25, (0, 0, 0), features=features, lengths=lengths, reduce="max"
+        )
         mean.sum().backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
@@ -476,8 +625,14 @@ def test_cuda_float_atomics_raise_nondeterminism_alert(reduce):
 def test_cuda_graph_capture():
     points = cloud(2, 1000, "cuda")
     features = torch.randn(2, 1000, 3, device="cuda")
-    f = lambda: robocache.voxelize(points, (8, 8, 8), 0.125, (0, 0, 0), features=features,  # noqa: E731
-                                   reduce="mean")
+    f = lambda: robocache.voxelize(
+        points,
+        (8, 8, 8),
+        0.125,
+        (0, 0, 0),
+        features=features,  # noqa: E731
+        reduce="mean",
+    )
     f()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -497,8 +652,11 @@ def _mixed_cloud(B, N, grid, generator):
     g = torch.tensor(grid, dtype=torch.float64)
     p = (-0.1 + 1.2 * torch.rand(B, N, 3, dtype=torch.float64, generator=generator)) * g
     hot = torch.randint(0, 4, (B, N // 4, 1), generator=generator).double()
-    p[:, : N // 4] = (hot * g / 5 + 0.5 + 0.01 * torch.rand(B, N // 4, 3, dtype=torch.float64,
-                                                              generator=generator))
+    p[:, : N // 4] = (
+        hot * g / 5
+        + 0.5
+        + 0.01 * torch.rand(B, N // 4, 3, dtype=torch.float64, generator=generator)
+    )
     p[:, N // 4 : N // 4 + 7, 1] = float("nan")
     p[:, N // 4 + 7 : N // 4 + 9, 2] = float("inf")
     return p
@@ -514,10 +672,12 @@ def test_cuda_large_grids_match_float64_reference(reduce, case):
     # voxels, non-finite points and lengths.
     cases = ["one cloud", "odd grid", "4k grid", "many small clouds"]
     gen = torch.Generator().manual_seed(10 * REDUCES.index(reduce) + cases.index(case))
-    B, N, grid = {"one cloud": (2, 20000, (64, 64, 64)),
-                  "odd grid": (2, 30000, (63, 65, 67)),
-                  "4k grid": (2, 30000, (61, 62, 66)),
-                  "many small clouds": (300, 50, (16, 16, 16))}[case]
+    B, N, grid = {
+        "one cloud": (2, 20000, (64, 64, 64)),
+        "odd grid": (2, 30000, (63, 65, 67)),
+        "4k grid": (2, 30000, (61, 62, 66)),
+        "many small clouds": (300, 50, (16, 16, 16)),
+    }[case]
     points = _mixed_cloud(B, N, grid, gen)
     features = torch.randn(B, N, 5, dtype=torch.float64, generator=gen)
     lengths = torch.randint(0, N + 1, (B,), generator=gen)
@@ -526,9 +686,15 @@ def test_cuda_large_grids_match_float64_reference(reduce, case):
     if reduce in FEATURE_REDUCES:
         kw["features"] = features.float().cuda()
     out = robocache.voxelize(points.float().cuda(), grid, 1.0, (0, 0, 0), **kw)
-    ref = reference.voxelize(points.float().double(), grid, 1.0, (0, 0, 0),
-                             features.float().double() if reduce in FEATURE_REDUCES else None,
-                             lengths, reduce)
+    ref = reference.voxelize(
+        points.float().double(),
+        grid,
+        1.0,
+        (0, 0, 0),
+        features.float().double() if reduce in FEATURE_REDUCES else None,
+        lengths,
+        reduce,
+    )
     if reduce == "count":
         assert out.dtype == torch.int32 and torch.equal(out.cpu().long(), ref.long())
         assert int(out[0].max()) >= (N // 4) // 4  # the hot voxels were hit
@@ -545,13 +711,19 @@ def test_cuda_large_grid_feature_dtypes(reduce, feature_dtype):
     gen = torch.Generator().manual_seed(7)
     points = _mixed_cloud(1, 40000, (80, 60, 70), gen)
     features = torch.randn(1, 40000, 3, dtype=torch.float64, generator=gen).to(feature_dtype)
-    out = robocache.voxelize(points.float().cuda(), (80, 60, 70), 1.0, (0, 0, 0),
-                             features=features.cuda(), reduce=reduce)
-    ref = reference.voxelize(points.float().double(), (80, 60, 70), 1.0, (0, 0, 0),
-                             features.double(), None, reduce)
+    out = robocache.voxelize(
+        points.float().cuda(), (80, 60, 70), 1.0, (0, 0, 0), features=features.cuda(), reduce=reduce
+    )
+    ref = reference.voxelize(
+        points.float().double(), (80, 60, 70), 1.0, (0, 0, 0), features.double(), None, reduce
+    )
     assert out.dtype == feature_dtype
-    assert_close(out.cpu().double(), ref.to(feature_dtype).double(), rtol=tolerance(feature_dtype)[0],
-                 atol=tolerance(feature_dtype)[1])
+    assert_close(
+        out.cpu().double(),
+        ref.to(feature_dtype).double(),
+        rtol=tolerance(feature_dtype)[0],
+        atol=tolerance(feature_dtype)[1],
+    )
 
 
 @requires_cuda
@@ -562,9 +734,18 @@ def test_cuda_large_grid_negative_length_and_no_host_sync():
     lengths = torch.tensor([5000, -1, 100], device="cuda")
     torch.cuda.set_sync_debug_mode("error")
     try:
-        outs = {r: robocache.voxelize(points, (64, 64, 64), 1.0, (0, 0, 0), lengths=lengths,
-                                      features=features if r in FEATURE_REDUCES else None, reduce=r)
-                for r in REDUCES}
+        outs = {
+            r: robocache.voxelize(
+                points,
+                (64, 64, 64),
+                1.0,
+                (0, 0, 0),
+                lengths=lengths,
+                features=features if r in FEATURE_REDUCES else None,
+                reduce=r,
+            )
+            for r in REDUCES
+        }
     finally:
         torch.cuda.set_sync_debug_mode("default")
     for r, out in outs.items():
@@ -572,6 +753,12 @@ def test_cuda_large_grid_negative_length_and_no_host_sync():
             assert (out[1] == -1).all() and (out[0] >= 0).all() and (out[2] >= 0).all()
         else:
             assert torch.isnan(out[1]).all() and not torch.isnan(out[2]).any()
-        alone = robocache.voxelize(points[2, :100], (64, 64, 64), 1.0, (0, 0, 0), reduce=r,
-                                   features=features[2, :100] if r in FEATURE_REDUCES else None)
+        alone = robocache.voxelize(
+            points[2, :100],
+            (64, 64, 64),
+            1.0,
+            (0, 0, 0),
+            reduce=r,
+            features=features[2, :100] if r in FEATURE_REDUCES else None,
+        )
         assert_close(out[2], alone)

@@ -10,6 +10,7 @@ Environment:
                         nvidia-cutlass package
   MAX_JOBS              parallel compile jobs (ninja)
 """
+
 import glob
 import os
 
@@ -32,7 +33,8 @@ def _with_cuda():
         if torch.version.cuda is None:
             raise RuntimeError(
                 f"FORCE_CUDA=1, but torch {torch.__version__} is a CPU-only build; "
-                "install a CUDA build of torch to compile robocache's CUDA kernels")
+                "install a CUDA build of torch to compile robocache's CUDA kernels"
+            )
         return True
     return torch.version.cuda is not None and _nvcc_found()
 
@@ -47,7 +49,8 @@ def _cutlass_include():
         except metadata.PackageNotFoundError:
             raise RuntimeError(
                 "robocache's CUDA kernels use CUTLASS headers: "
-                "`pip install --no-deps nvidia-cutlass`, or set CUTLASS_INCLUDE_DIR") from None
+                "`pip install --no-deps nvidia-cutlass`, or set CUTLASS_INCLUDE_DIR"
+            ) from None
         path = str(dist.locate_file("cutlass_library/source/include"))
     if not os.path.exists(os.path.join(path, "cutlass", "numeric_conversion.h")):
         raise RuntimeError(f"no CUTLASS headers under {path} (cutlass/numeric_conversion.h)")
@@ -78,25 +81,35 @@ def _extension(with_cuda):
     cxx_flags = ["-O3"]
     if not with_cuda:
         return CppExtension(
-            "robocache._C", sources, include_dirs=include_dirs,
-            extra_compile_args={"cxx": cxx_flags})
+            "robocache._C",
+            sources,
+            include_dirs=include_dirs,
+            extra_compile_args={"cxx": cxx_flags},
+        )
 
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
     sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
     include_dirs.append(_cutlass_include())
     nvcc_flags = [
-        "-O3", "-lineinfo", "--expt-relaxed-constexpr",
+        "-O3",
+        "-lineinfo",
+        "--expt-relaxed-constexpr",
         # CUTLASS's half/bfloat16 types need CUDA's own half operators, which
         # torch's default flags switch off.
-        "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
-        "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
+        "-U__CUDA_NO_HALF_OPERATORS__",
+        "-U__CUDA_NO_HALF_CONVERSIONS__",
+        "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+        "-U__CUDA_NO_HALF2_OPERATORS__",
     ]
     if os.environ.get("ROBOCACHE_PTXAS_VERBOSE") == "1":
         nvcc_flags.append("-Xptxas=-v")
     return CUDAExtension(
-        "robocache._C", sources, include_dirs=include_dirs,
+        "robocache._C",
+        sources,
+        include_dirs=include_dirs,
         define_macros=[("ROBOCACHE_WITH_CUDA", "1")],
-        extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags})
+        extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+    )
 
 
 WITH_CUDA = _with_cuda()

@@ -19,8 +19,8 @@ namespace robocache {
 namespace {
 
 constexpr const char* kOp = "robocache.voxelize";
-constexpr int64_t kChunk = 256;
-
+// Points whose voxel indices are computed before any of them is scattered.
+constexpr int64_t kPointsIndexedAhead = 256;
 
 // Initializes and accumulates one pass over the points into uninitialized
 // outputs; acc is (B, C, cells) and counts (B, cells), any of the three may be
@@ -42,9 +42,9 @@ void accumulate(const VoxelInputs& in, compute_t<feat_t>* acc, int32_t* counts, 
       // Voxel indices a chunk at a time, then the scatter: the scatter's
       // loads are then independent of any arithmetic, so the core keeps many
       // cache misses in flight instead of one per point.
-      int64_t vox[kChunk];
-      for (int64_t n0 = 0; n0 < a.N; n0 += kChunk) {
-        const int64_t m = std::min(kChunk, a.N - n0);
+      int64_t vox[kPointsIndexedAhead];
+      for (int64_t n0 = 0; n0 < a.N; n0 += kPointsIndexedAhead) {
+        const int64_t m = std::min(kPointsIndexedAhead, a.N - n0);
         for (int64_t k = 0; k < m; ++k) vox[k] = point_voxel(a, b, n0 + k);
         for (int64_t k = 0; k < m; ++k) {
           const int64_t v = vox[k];
@@ -109,11 +109,7 @@ at::Tensor voxelize_cpu(const at::Tensor& points, const std::optional<at::Tensor
         });
     }
   });
-  std::vector<int64_t> shape;
-  if (in.batched) shape.push_back(B);
-  if (reduce_needs_features(in.reduce)) shape.push_back(C);
-  for (int k = 0; k < 3; ++k) shape.push_back(in.grid[k]);
-  return result.view(shape);
+  return result.view(in.result_shape());
 }
 
 template <typename point_t, typename feat_t>
@@ -154,10 +150,8 @@ void backward_impl(const VoxelInputs& in, const at::Tensor& grad, const at::Tens
           A x = A(0);
           if (v >= 0) {
             const int64_t e = c * cells + v;
-            const A gv = A(g[b * C * cells + e]);
-            if (in.reduce == Reduce::Sum) x = gv;
-            if (in.reduce == Reduce::Mean) x = gv / A(counts[v]);
-            if (in.reduce == Reduce::Max && first[e] == n) x = gv;
+            x = voxel_point_grad(in.reduce, A(g[b * C * cells + e]), counts.data(), v,
+                                 first.data(), e, n);
           }
           out[c] = feat_t(x);
         }

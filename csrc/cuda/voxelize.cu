@@ -140,11 +140,7 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
       poison_negative_lengths<feat_t>(in, result, feat_t(std::numeric_limits<float>::quiet_NaN()));
     });
   });
-  std::vector<int64_t> shape;
-  if (in.batched) shape.push_back(B);
-  if (reduce_needs_features(in.reduce)) shape.push_back(C);
-  for (int k = 0; k < 3; ++k) shape.push_back(in.grid[k]);
-  return result.view(shape);
+  return result.view(in.result_shape());
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(kThreads)
     if (v >= 0) {
       const int64_t e = (b * a.C + c) * cells + v;
       const A g = A(grad[e]);
+      // voxel_point_grad's rule (voxel.h), written out: see there.
       if (reduce == Reduce::Sum) x = g;
       if (reduce == Reduce::Mean) x = g / A(counts[b * cells + v]);
       if (reduce == Reduce::Max && first[e] == int32_t(n)) x = g;

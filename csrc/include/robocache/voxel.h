@@ -1,11 +1,13 @@
 // Shared voxel math for the voxelize kernels (CPU and CUDA, forward and
-// backward): which voxel a point falls in, or that it is dropped.
+// backward): which voxel a point falls in, or that it is dropped; the
+// result's shape; how a voxel's gradient reaches its points.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "robocache/interp.h"  // ROBOCACHE_HD
 
@@ -72,6 +74,16 @@ struct VoxelInputs {
   int64_t N() const { return points.size(1); }
   int64_t C() const { return features.defined() ? features.size(2) : 0; }
   int64_t cells() const { return grid[0] * grid[1] * grid[2]; }
+
+  // The result's shape, ([B,] [C,] X, Y, Z): B for batched clouds only, C
+  // for the reduces that carry features only.
+  std::vector<int64_t> result_shape() const {
+    std::vector<int64_t> shape;
+    if (batched) shape.push_back(B());
+    if (reduce_needs_features(reduce)) shape.push_back(C());
+    for (int k = 0; k < 3; ++k) shape.push_back(grid[k]);
+    return shape;
+  }
 };
 
 inline VoxelInputs prepare_voxel_inputs(const at::Tensor& points,
@@ -124,6 +136,24 @@ ROBOCACHE_HD int64_t point_voxel(const VoxelArgs<point_t, feat_t>& a, int64_t b,
   if (a.lengths != nullptr && n >= a.lengths[b]) return -1;
   const point_t* p = a.points + b * a.p_bstride + n * a.p_nstride;
   return voxel_index(a.grid, p[0], p[a.p_cstride], p[2 * a.p_cstride]);
+}
+
+// The gradient of one feature channel of a kept point `point`, from g, the
+// result's gradient at that channel of the point's voxel: sum passes g
+// whole, mean divides it by the voxel's point count (counts[cell]), max
+// gives it to the voxel's winner (first[e]: the lowest-index point at the
+// max) and 0 to the others. counts and first are read only for the reduce
+// that needs them (their buffers exist only then). The CUDA backward
+// (gather_grad_kernel) writes the same rule out: calling this changed its
+// generated code (same math, other instruction order).
+template <typename A, typename Index>
+ROBOCACHE_HD A voxel_point_grad(Reduce reduce, A g, const int32_t* counts, int64_t cell,
+                                const int32_t* first, int64_t e, Index point) {
+  A x = A(0);
+  if (reduce == Reduce::Sum) x = g;
+  if (reduce == Reduce::Mean) x = g / A(counts[cell]);
+  if (reduce == Reduce::Max && first[e] == point) x = g;
+  return x;
 }
 
 }  // namespace robocache

@@ -105,7 +105,7 @@ ResampleSizes check_resample_inputs(const at::Tensor& values, const at::Tensor& 
   return n;
 }
 
-MultiStreamSizes check_multi_stream_inputs(at::TensorList values, at::TensorList times,
+InterpSizes check_interp_inputs(at::TensorList values, at::TensorList times,
                                            const at::Tensor& query_times,
                                            const std::vector<std::optional<at::Tensor>>& lengths,
                                            const std::string& op) {
@@ -114,7 +114,7 @@ MultiStreamSizes check_multi_stream_inputs(at::TensorList values, at::TensorList
                     " values tensors but ", times.size(), " times tensors");
   ROBOCACHE_CHECK_VALUE(lengths.size() == values.size(), op, ": got ", lengths.size(),
                     " lengths entries for ", values.size(), " streams");
-  MultiStreamSizes total{0, 0, 0};
+  InterpSizes total{0, 0, 0};
   for (size_t k = 0; k < values.size(); ++k) {
     const std::string where = op + ": stream " + std::to_string(k);
     if (k > 0) {
@@ -342,7 +342,7 @@ void check_lengths_in_range(const at::Tensor& lengths, int64_t lo, int64_t hi, c
   }
 }
 
-MultiStreamInputs resample_inputs(const at::Tensor& values, const at::Tensor& times,
+InterpInputs resample_inputs(const at::Tensor& values, const at::Tensor& times,
                                   const at::Tensor& query_times,
                                   const std::optional<at::Tensor>& lengths,
                                   c10::string_view mode, bool host_lengths) {
@@ -352,7 +352,7 @@ MultiStreamInputs resample_inputs(const at::Tensor& values, const at::Tensor& ti
   if (host_lengths && lengths.has_value()) {
     check_lengths_in_range(*lengths, 1, values.size(1), "S", op);
   }
-  return prepare_inputs({values}, {times}, query_times, {lengths}, {m});
+  return prepare_interp_inputs({values}, {times}, query_times, {lengths}, {m});
 }
 
 FuseChecked check_fuse_inputs(at::TensorList values, at::TensorList times,
@@ -363,11 +363,11 @@ FuseChecked check_fuse_inputs(at::TensorList values, at::TensorList times,
   FuseChecked out;
   out.lengths = lengths_per_stream(lengths, values.size(), op);
   out.modes = modes_per_stream(modes, values.size(), op);
-  out.sizes = check_multi_stream_inputs(values, times, query_times, out.lengths, op);
+  out.sizes = check_interp_inputs(values, times, query_times, out.lengths, op);
   return out;
 }
 
-MultiStreamInputs fuse_inputs(at::TensorList values, at::TensorList times,
+InterpInputs fuse_inputs(at::TensorList values, at::TensorList times,
                               const at::Tensor& query_times,
                               const std::optional<at::Tensor>& lengths, c10::string_view modes,
                               bool host_lengths) {
@@ -380,10 +380,10 @@ MultiStreamInputs fuse_inputs(at::TensorList values, at::TensorList times,
                              std::string(op) + ": stream " + std::to_string(k));
     }
   }
-  return prepare_inputs(values, times, query_times, len, std::move(checked.modes));
+  return prepare_interp_inputs(values, times, query_times, len, std::move(checked.modes));
 }
 
-void check_backward_args(const MultiStreamInputs& in, const at::Tensor& grad_out,
+void check_backward_args(const InterpInputs& in, const at::Tensor& grad_out,
                          size_t num_values_grad, bool query_grad, const char* op) {
   ROBOCACHE_CHECK_VALUE(num_values_grad == in.values.size(), op, ": values_grad has ",
                         num_values_grad, " entries for ", in.values.size(), " streams");

@@ -366,7 +366,7 @@ def test_cuda_forward_is_one_kernel_launch():
         torch.cuda.synchronize()
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert len(kernels) == 1, kernels
-    assert "multi_stream_forward" in kernels[0]
+    assert "interp_forward_kernel" in kernels[0]
 
 
 @requires_cuda

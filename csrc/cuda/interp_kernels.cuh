@@ -230,7 +230,7 @@ __device__ __forceinline__ void tile_sync(int g, int TT) {
 
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
 __global__ void __launch_bounds__(kThreads, 4)
-    multi_stream_forward_kernel(const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
+    interp_forward_kernel(const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
                                 value_t* __restrict__ out, int64_t out_cols, int64_t n, int Q,
                                 int TT) {
   __shared__ RowRef<weight_t<stamp_t>> refs[kMaxPairs];
@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 4)
 }
 
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
-__global__ void __launch_bounds__(kThreads) multi_stream_backward_kernel(
+__global__ void __launch_bounds__(kThreads) interp_backward_kernel(
     const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
     const value_t* __restrict__ grad, int64_t g_bstride, int64_t g_tstride,
     weight_t<stamp_t>* __restrict__ grad_query, int64_t num_chunks, int64_t chunks_per_row) {

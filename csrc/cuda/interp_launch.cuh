@@ -154,7 +154,7 @@ void launch_interp_forward(const InterpInputs& in, const std::vector<int64_t>& c
   for_each_launch<value_t, stamp_t>(in, cols, vec, [&](const auto& p, auto vec_tag, int64_t, int64_t) {
     constexpr int VEC = decltype(vec_tag)::value;
     constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
-    multi_stream_forward_kernel<VEC, MAXK><<<blocks, kThreads, 0, cuda_stream>>>(
+    interp_forward_kernel<VEC, MAXK><<<blocks, kThreads, 0, cuda_stream>>>(
         p, q, o, out_cols, n, tile.queries, tile.threads);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
@@ -180,7 +180,7 @@ void launch_interp_backward(const InterpInputs& in, const std::vector<int64_t>& 
     constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
     for (int k = 0; k < p.K; ++k) p.grad_values[k] = grad_values[first + k];
     auto* gq = grad_query_parts ? grad_query_parts + index * n : nullptr;
-    multi_stream_backward_kernel<VEC, MAXK><<<grid.blocks, kThreads, 0, cuda_stream>>>(
+    interp_backward_kernel<VEC, MAXK><<<grid.blocks, kThreads, 0, cuda_stream>>>(
         p, q, g, gb, gt, gq, grid.total, grid.per_row);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });

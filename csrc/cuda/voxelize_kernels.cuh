@@ -159,10 +159,8 @@ __global__ void __launch_bounds__(kThreads)
 // the cells of a cloud are a multiple of 4, so its loads and stores are
 // vectors); group u of block k is group (k * U + u) * kThreads + threadIdx.x,
 // so each of the U steps is coalesced across the block. The U slot loads are
-// issued before any of them is used. On an H200 (mean of 6 features into
-// 8 x 100^3) a thread per group took 82 us; this, with the 16-byte gathers
-// below, 75 us (ncu: L2 80% busy, 59% of DRAM bandwidth, 50% occupancy at
-// 64 registers).
+// issued before any of them is used, so a thread keeps several slot gathers
+// in flight (docs/performance.md has the measurements).
 template <typename T, int R>
 struct alignas(sizeof(T) * R) Run {
   T x[R];
@@ -270,10 +268,9 @@ __global__ void __launch_bounds__(kThreads)
 // flattened batch): a warp loads 32 consecutive words with one coalesced load
 // and writes their 1024 voxels in 8 steps of 4 voxels a lane, each lane
 // taking its 4 bits from the owning lane by shuffle. One load serves 8
-// vector stores: on an H200 (32 x 128^3 floats) 74 us, against 81 us for a
-// thread per 4 voxels that waits on its word before its one store, and
-// 64 us for bare 16-byte stores of the same bytes. A cloud with a negative
-// length comes out NaN (see poison_negative_lengths).
+// vector stores, where a thread per 4 voxels would wait on its word before
+// its one store (docs/performance.md). A cloud with a negative length comes
+// out NaN (see poison_negative_lengths).
 template <typename point_t>
 __global__ void __launch_bounds__(kThreads)
     write_occupancy_words_kernel(const uint32_t* __restrict__ bits, int64_t words, int64_t cells,

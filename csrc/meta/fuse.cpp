@@ -11,7 +11,7 @@ namespace {
 
 constexpr const char* kOp = "robocache.fuse";
 
-MultiStreamSizes checked_sizes(at::TensorList values, at::TensorList times,
+InterpSizes checked_sizes(at::TensorList values, at::TensorList times,
                                const at::Tensor& query_times,
                                const std::optional<at::Tensor>& lengths, c10::string_view modes) {
   return check_fuse_inputs(values, times, query_times, lengths, modes).sizes;

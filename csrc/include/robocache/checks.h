@@ -34,14 +34,14 @@ ResampleSizes check_resample_inputs(const at::Tensor& values, const at::Tensor& 
                                     const std::optional<at::Tensor>& lengths,
                                     const std::string& op);
 
-struct MultiStreamSizes {
+struct InterpSizes {
   c10::SymInt B, T, D_total;
 };
 
 // Validate K >= 1 streams (each as resample's inputs) and their agreement:
 // one values dtype, one times dtype, one device, one batch size. Messages
 // name the stream index.
-MultiStreamSizes check_multi_stream_inputs(at::TensorList values, at::TensorList times,
+InterpSizes check_interp_inputs(at::TensorList values, at::TensorList times,
                                            const at::Tensor& query_times,
                                            const std::vector<std::optional<at::Tensor>>& lengths,
                                            const std::string& op);
@@ -89,27 +89,27 @@ void check_lengths_in_range(const at::Tensor& lengths, int64_t lo, int64_t hi, c
 // The entry points' whole validation, shared by the CPU and CUDA kernels of
 // each operator. `host_lengths`: also check the lengths' values (CPU only;
 // CUDA never reads device data on the host).
-MultiStreamInputs resample_inputs(const at::Tensor& values, const at::Tensor& times,
+InterpInputs resample_inputs(const at::Tensor& values, const at::Tensor& times,
                                   const at::Tensor& query_times,
                                   const std::optional<at::Tensor>& lengths,
                                   c10::string_view mode, bool host_lengths);
 // fuse's whole symbolic check, shared by CPU, CUDA and Meta: its sizes, and
 // each stream's lengths row and mode.
 struct FuseChecked {
-  MultiStreamSizes sizes;
+  InterpSizes sizes;
   std::vector<std::optional<at::Tensor>> lengths;
   std::vector<Mode> modes;
 };
 FuseChecked check_fuse_inputs(at::TensorList values, at::TensorList times,
                               const at::Tensor& query_times,
                               const std::optional<at::Tensor>& lengths, c10::string_view modes);
-MultiStreamInputs fuse_inputs(at::TensorList values, at::TensorList times,
+InterpInputs fuse_inputs(at::TensorList values, at::TensorList times,
                               const at::Tensor& query_times,
                               const std::optional<at::Tensor>& lengths, c10::string_view modes,
                               bool host_lengths);
 // A resample/fuse backward's grad_out (the forward output's shape), its
 // values_grad flags (one per stream) and query_grad.
-void check_backward_args(const MultiStreamInputs& in, const at::Tensor& grad_out,
+void check_backward_args(const InterpInputs& in, const at::Tensor& grad_out,
                          size_t num_values_grad, bool query_grad, const char* op);
 
 VoxelInputs voxelize_inputs(const at::Tensor& points, const std::optional<at::Tensor>& features,

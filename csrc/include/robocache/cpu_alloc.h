@@ -2,10 +2,9 @@
 // the resample output was tried and gained nothing, see docs/performance.md).
 //
 // A dense voxel grid is tens of MB that the allocator gets fresh from mmap
-// on every call. With 4 KiB pages the kernel
-// then takes one page fault per 4 KiB on first touch, which on a 2-core
-// machine cost more than the op's own work (a 67 MB grid: 22 ms to fault in
-// and zero, 5 ms on 2 MiB pages). Random scatters into the grid also miss the
+// on every call. With 4 KiB pages the kernel then takes one page fault per
+// 4 KiB on first touch, which on a small machine can cost more than the op's
+// own work (docs/performance.md). Random scatters into the grid also miss the
 // TLB far less on 2 MiB pages. Where THP is "madvise" (a common default) the
 // pages must be asked for, before they are first touched.
 #pragma once

@@ -75,10 +75,6 @@ struct InterpInputs {
   at::Tensor query;
 };
 
-// The earlier name, still used by checks.h / checks.cpp; to go once they say
-// InterpInputs.
-using MultiStreamInputs = InterpInputs;
-
 // Output column offsets of the streams; `total` gets the sum of the D_k.
 inline std::vector<int64_t> column_offsets(const InterpInputs& in, int64_t* total) {
   std::vector<int64_t> cols(in.values.size());
@@ -98,7 +94,7 @@ inline at::Tensor unit_stride_d(const at::Tensor& values) {
 
 // Launch-ready inputs for one or more streams (no data is copied unless a
 // tensor's layout demands it).
-inline InterpInputs prepare_inputs(at::TensorList values, at::TensorList times,
+inline InterpInputs prepare_interp_inputs(at::TensorList values, at::TensorList times,
                                         const at::Tensor& query,
                                         const std::vector<std::optional<at::Tensor>>& lengths,
                                         std::vector<Mode> modes) {

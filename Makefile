@@ -19,7 +19,7 @@ CUDA_ARCHS ?= 8.0;9.0
 
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f 2>/dev/null)
 
-.PHONY: demo test build bench cuda-build-check clean
+.PHONY: demo test build bench lint format cuda-build-check clean
 
 demo: $(VENV)/.built
 	$(PY) examples/demo.py
@@ -31,6 +31,25 @@ build: $(VENV)/.built
 
 bench: $(VENV)/.built
 	$(PY) -m robocache.bench
+
+# Formatting: ruff for Python, clang-format for csrc/ (versions pinned so that
+# every machine formats alike).
+LINT_TOOLS := ruff==0.17.6 clang-format==23.1.5
+CSRC_FILES = $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh')
+
+$(VENV)/.lint: $(VENV)/.deps
+	$(PY) -m pip install -q $(LINT_TOOLS)
+	touch $@
+
+lint: $(VENV)/.lint
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/clang-format --dry-run -Werror $(CSRC_FILES)
+
+format: $(VENV)/.lint
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/clang-format -i $(CSRC_FILES)
 
 $(VENV)/.deps:
 	$(PYTHON) -m venv $(VENV)

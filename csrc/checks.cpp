@@ -13,11 +13,14 @@
 namespace robocache {
 
 Mode parse_mode(c10::string_view mode, const char* op, const char* arg) {
-  if (mode == "linear") return Mode::Linear;
-  if (mode == "nearest") return Mode::Nearest;
-  if (mode == "previous") return Mode::Previous;
+  if (mode == "linear")
+    return Mode::Linear;
+  if (mode == "nearest")
+    return Mode::Nearest;
+  if (mode == "previous")
+    return Mode::Previous;
   ROBOCACHE_CHECK_VALUE(false, op, ": ", arg, " must be 'linear', 'nearest' or 'previous'; got '",
-                    std::string(mode), "'");
+                        std::string(mode), "'");
   return Mode::Linear;  // not reached
 }
 
@@ -31,17 +34,22 @@ bool is_time_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kLong;
 }
 
-std::string shape_str(const at::Tensor& t) { return message(t.sym_sizes()); }
+std::string shape_str(const at::Tensor& t) {
+  return message(t.sym_sizes());
+}
 
 // "linear" from " linear "; inner spaces stay ("li near" is no mode).
 std::string trimmed(const std::string& s) {
   const auto begin = s.find_first_not_of(' ');
-  if (begin == std::string::npos) return std::string();
+  if (begin == std::string::npos)
+    return std::string();
   return s.substr(begin, s.find_last_not_of(' ') - begin + 1);
 }
 
 // a * b, or false when it does not fit an int64.
-bool checked_mul(int64_t a, int64_t b, int64_t* out) { return !c10::mul_overflows(a, b, out); }
+bool checked_mul(int64_t a, int64_t b, int64_t* out) {
+  return !c10::mul_overflows(a, b, out);
+}
 
 }  // namespace
 
@@ -50,83 +58,82 @@ ResampleSizes check_resample_inputs(const at::Tensor& values, const at::Tensor& 
                                     const std::optional<at::Tensor>& lengths,
                                     const std::string& op) {
   ROBOCACHE_CHECK_VALUE(values.dim() == 3, op, ": values must be 3-D (B, S, D); got shape ",
-                    shape_str(values));
+                        shape_str(values));
   ROBOCACHE_CHECK_TYPE(is_value_dtype(values.scalar_type()), op,
-                   ": values must be float32, float64, float16 or bfloat16; got ",
-                   values.scalar_type());
+                       ": values must be float32, float64, float16 or bfloat16; got ",
+                       values.scalar_type());
   ROBOCACHE_CHECK_VALUE(times.dim() == 1 || times.dim() == 2, op,
-                    ": times must be (B, S) or (S,); got shape ", shape_str(times));
+                        ": times must be (B, S) or (S,); got shape ", shape_str(times));
   ROBOCACHE_CHECK_VALUE(query_times.dim() == 1 || query_times.dim() == 2, op,
-                    ": query_times must be (B, T) or (T,); got shape ", shape_str(query_times));
+                        ": query_times must be (B, T) or (T,); got shape ", shape_str(query_times));
   ROBOCACHE_CHECK_TYPE(is_time_dtype(times.scalar_type()), op,
-                   ": times must be float32, float64 or int64; got ", times.scalar_type());
+                       ": times must be float32, float64 or int64; got ", times.scalar_type());
   ROBOCACHE_CHECK_TYPE(times.scalar_type() == query_times.scalar_type(), op,
-                   ": times and query_times must have the same dtype; got times ",
-                   times.scalar_type(), " and query_times ", query_times.scalar_type());
+                       ": times and query_times must have the same dtype; got times ",
+                       times.scalar_type(), " and query_times ", query_times.scalar_type());
   ROBOCACHE_CHECK_VALUE(times.device() == values.device(), op,
-                    ": times must be on the same device as values; got values on ",
-                    values.device(), " and times on ", times.device());
+                        ": times must be on the same device as values; got values on ",
+                        values.device(), " and times on ", times.device());
   ROBOCACHE_CHECK_VALUE(query_times.device() == values.device(), op,
-                    ": query_times must be on the same device as values; got values on ",
-                    values.device(), " and query_times on ", query_times.device());
+                        ": query_times must be on the same device as values; got values on ",
+                        values.device(), " and query_times on ", query_times.device());
 
   ResampleSizes n{values.sym_size(0), values.sym_size(1),
                   query_times.sym_size(query_times.dim() - 1), values.sym_size(2)};
   ROBOCACHE_SYM_CHECK(n.S.sym_ne(0), op,
-                  ": values has no source samples (S == 0); resampling needs at least one; "
-                  "values shape ",
-                  shape_str(values));
+                      ": values has no source samples (S == 0); resampling needs at least one; "
+                      "values shape ",
+                      shape_str(values));
   ROBOCACHE_SYM_CHECK(times.sym_size(-1).sym_eq(n.S), op,
-                  ": times must have S = values.shape[1] samples; got values shape ",
-                  shape_str(values), " and times shape ", shape_str(times));
+                      ": times must have S = values.shape[1] samples; got values shape ",
+                      shape_str(values), " and times shape ", shape_str(times));
   if (times.dim() == 2) {
     ROBOCACHE_SYM_CHECK(times.sym_size(0).sym_eq(n.B), op,
-                    ": times has batch size different from values; got values shape ",
-                    shape_str(values), " and times shape ", shape_str(times));
+                        ": times has batch size different from values; got values shape ",
+                        shape_str(values), " and times shape ", shape_str(times));
   }
   if (query_times.dim() == 2) {
     ROBOCACHE_SYM_CHECK(query_times.sym_size(0).sym_eq(n.B), op,
-                    ": query_times has batch size different from values; got values shape ",
-                    shape_str(values), " and query_times shape ", shape_str(query_times));
+                        ": query_times has batch size different from values; got values shape ",
+                        shape_str(values), " and query_times shape ", shape_str(query_times));
   }
   if (lengths.has_value()) {
     const at::Tensor& len = *lengths;
     ROBOCACHE_CHECK_TYPE(len.scalar_type() == at::kLong, op, ": lengths must be int64; got ",
-                     len.scalar_type());
+                         len.scalar_type());
     ROBOCACHE_CHECK_VALUE(len.dim() == 1, op, ": lengths must be 1-D (B,); got shape ",
-                      shape_str(len));
+                          shape_str(len));
     ROBOCACHE_SYM_CHECK(len.sym_size(0).sym_eq(n.B), op,
-                    ": lengths must have B = values.shape[0] entries; got values shape ",
-                    shape_str(values), " and lengths shape ", shape_str(len));
+                        ": lengths must have B = values.shape[0] entries; got values shape ",
+                        shape_str(values), " and lengths shape ", shape_str(len));
     ROBOCACHE_CHECK_VALUE(len.device() == values.device(), op,
-                      ": lengths must be on the same device as values; got values on ",
-                      values.device(), " and lengths on ", len.device());
+                          ": lengths must be on the same device as values; got values on ",
+                          values.device(), " and lengths on ", len.device());
   }
   return n;
 }
 
 InterpSizes check_interp_inputs(at::TensorList values, at::TensorList times,
-                                           const at::Tensor& query_times,
-                                           const std::vector<std::optional<at::Tensor>>& lengths,
-                                           const std::string& op) {
+                                const at::Tensor& query_times,
+                                const std::vector<std::optional<at::Tensor>>& lengths,
+                                const std::string& op) {
   ROBOCACHE_CHECK_VALUE(!values.empty(), op, ": needs at least one stream; got an empty list");
   ROBOCACHE_CHECK_VALUE(values.size() == times.size(), op, ": got ", values.size(),
-                    " values tensors but ", times.size(), " times tensors");
+                        " values tensors but ", times.size(), " times tensors");
   ROBOCACHE_CHECK_VALUE(lengths.size() == values.size(), op, ": got ", lengths.size(),
-                    " lengths entries for ", values.size(), " streams");
+                        " lengths entries for ", values.size(), " streams");
   InterpSizes total{0, 0, 0};
   for (size_t k = 0; k < values.size(); ++k) {
     const std::string where = op + ": stream " + std::to_string(k);
     if (k > 0) {
       ROBOCACHE_CHECK_TYPE(values[k].scalar_type() == values[0].scalar_type(), where,
-                       ": values dtype ", values[k].scalar_type(),
-                       " differs from stream 0's ", values[0].scalar_type(),
-                       "; all streams' values must share one dtype");
+                           ": values dtype ", values[k].scalar_type(), " differs from stream 0's ",
+                           values[0].scalar_type(), "; all streams' values must share one dtype");
       ROBOCACHE_CHECK_TYPE(times[k].scalar_type() == times[0].scalar_type(), where,
-                       ": times dtype ", times[k].scalar_type(), " differs from stream 0's ",
-                       times[0].scalar_type(), "; all streams' times must share one dtype");
+                           ": times dtype ", times[k].scalar_type(), " differs from stream 0's ",
+                           times[0].scalar_type(), "; all streams' times must share one dtype");
       ROBOCACHE_CHECK_VALUE(values[k].device() == values[0].device(), where, ": values are on ",
-                        values[k].device(), " but stream 0's are on ", values[0].device());
+                            values[k].device(), " but stream 0's are on ", values[0].device());
     }
     const auto n = check_resample_inputs(values[k], times[k], query_times, lengths[k], where);
     if (k == 0) {
@@ -141,15 +148,17 @@ InterpSizes check_interp_inputs(at::TensorList values, at::TensorList times,
   return total;
 }
 
-std::vector<std::optional<at::Tensor>> lengths_per_stream(
-    const std::optional<at::Tensor>& lengths, size_t K, const std::string& op) {
+std::vector<std::optional<at::Tensor>> lengths_per_stream(const std::optional<at::Tensor>& lengths,
+                                                          size_t K, const std::string& op) {
   std::vector<std::optional<at::Tensor>> out(K);
-  if (!lengths.has_value()) return out;
+  if (!lengths.has_value())
+    return out;
   const at::Tensor& len = *lengths;
   ROBOCACHE_CHECK_VALUE(len.dim() == 2 && len.sym_size(0) == int64_t(K), op,
                         ": lengths must be (K, B) with one row per stream (K = ", K,
                         "); got shape ", shape_str(len));
-  for (size_t k = 0; k < K; ++k) out[k] = len.select(0, int64_t(k));
+  for (size_t k = 0; k < K; ++k)
+    out[k] = len.select(0, int64_t(k));
   return out;
 }
 
@@ -180,7 +189,7 @@ std::vector<Mode> modes_per_stream(c10::string_view modes, size_t K, const std::
 void check_grad_out(const at::Tensor& grad_out, const c10::SymInt& B, const c10::SymInt& T,
                     const c10::SymInt& D_total, const std::string& op) {
   ROBOCACHE_CHECK_VALUE(grad_out.dim() == 3, op, ": grad_out must be 3-D (B, T, D); got shape ",
-                    shape_str(grad_out));
+                        shape_str(grad_out));
   ROBOCACHE_SYM_CHECK(grad_out.sym_size(0).sym_eq(B) & grad_out.sym_size(1).sym_eq(T) &
                           grad_out.sym_size(2).sym_eq(D_total),
                       op, ": grad_out must have shape [", B, ", ", T, ", ", D_total, "]; got ",
@@ -189,19 +198,24 @@ void check_grad_out(const at::Tensor& grad_out, const c10::SymInt& B, const c10:
 
 void check_query_grad(const at::Tensor& query_times, bool query_grad, const std::string& op) {
   ROBOCACHE_CHECK_VALUE(!query_grad || at::isFloatingType(query_times.scalar_type()), op,
-                    ": query_times of dtype ", query_times.scalar_type(),
-                    " cannot receive a gradient");
+                        ": query_times of dtype ", query_times.scalar_type(),
+                        " cannot receive a gradient");
 }
 
 Reduce parse_reduce(c10::string_view reduce, const char* op) {
-  if (reduce == "occupancy") return Reduce::Occupancy;
-  if (reduce == "count") return Reduce::Count;
-  if (reduce == "sum") return Reduce::Sum;
-  if (reduce == "mean") return Reduce::Mean;
-  if (reduce == "max") return Reduce::Max;
+  if (reduce == "occupancy")
+    return Reduce::Occupancy;
+  if (reduce == "count")
+    return Reduce::Count;
+  if (reduce == "sum")
+    return Reduce::Sum;
+  if (reduce == "mean")
+    return Reduce::Mean;
+  if (reduce == "max")
+    return Reduce::Max;
   ROBOCACHE_CHECK_VALUE(false, op,
-                    ": reduce must be 'occupancy', 'count', 'sum', 'mean' or 'max'; got '",
-                    std::string(reduce), "'");
+                        ": reduce must be 'occupancy', 'count', 'sum', 'mean' or 'max'; got '",
+                        std::string(reduce), "'");
   return Reduce::Occupancy;  // not reached
 }
 
@@ -216,7 +230,8 @@ void check_voxelize_sizes(const VoxelizeSizes& n, c10::SymIntArrayRef grid_size,
   int64_t elements = 1;
   bool concrete = true;
   std::vector<c10::SymInt> dims{n.B, n.C == 0 ? c10::SymInt(1) : n.C};
-  for (const auto& g : grid_size) dims.push_back(g);
+  for (const auto& g : grid_size)
+    dims.push_back(g);
   for (const auto& d : dims) {
     const auto value = d.maybe_as_int();
     if (!value) {
@@ -234,8 +249,8 @@ void check_voxelize_sizes(const VoxelizeSizes& n, c10::SymIntArrayRef grid_size,
   const auto points = n.N.maybe_as_int();
   ROBOCACHE_CHECK_VALUE(reduce == Reduce::Occupancy || !points || *points <= int64_t(INT32_MAX), op,
                         ": at most 2^31 - 1 points per cloud for reduce='count', 'sum', 'mean' "
-                        "or 'max' (per-voxel counters are int32); got ", *points,
-                        " (split the cloud)");
+                        "or 'max' (per-voxel counters are int32); got ",
+                        *points, " (split the cloud)");
 }
 
 }  // namespace
@@ -247,19 +262,19 @@ VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
                                     at::ArrayRef<double> origin, Reduce reduce,
                                     const std::string& op) {
   ROBOCACHE_CHECK_VALUE((points.dim() == 2 || points.dim() == 3) && points.sym_size(-1) == 3, op,
-                    ": points must be (B, N, 3) or (N, 3); got shape ", shape_str(points));
-  ROBOCACHE_CHECK_TYPE(points.scalar_type() == at::kFloat || points.scalar_type() == at::kDouble, op,
-                   ": points must be float32 or float64; got ", points.scalar_type());
+                        ": points must be (B, N, 3) or (N, 3); got shape ", shape_str(points));
+  ROBOCACHE_CHECK_TYPE(points.scalar_type() == at::kFloat || points.scalar_type() == at::kDouble,
+                       op, ": points must be float32 or float64; got ", points.scalar_type());
   VoxelizeSizes n{points.dim() == 3, points.dim() == 3 ? points.sym_size(0) : c10::SymInt(1),
                   points.sym_size(-2), 0};
-  ROBOCACHE_CHECK_VALUE(grid_size.size() == 3, op, ": grid_size must have 3 entries (X, Y, Z); got ",
-                    grid_size.size());
+  ROBOCACHE_CHECK_VALUE(grid_size.size() == 3, op,
+                        ": grid_size must have 3 entries (X, Y, Z); got ", grid_size.size());
   for (size_t a = 0; a < 3; ++a) {
     ROBOCACHE_SYM_CHECK(grid_size[a].sym_gt(0), op, ": grid_size must be positive; got ",
                         grid_size);
   }
   ROBOCACHE_CHECK_VALUE(voxel_size.size() == 1 || voxel_size.size() == 3, op,
-                    ": voxel_size must have 1 or 3 entries; got ", voxel_size.size());
+                        ": voxel_size must have 1 or 3 entries; got ", voxel_size.size());
   // The kernels divide in the points' dtype: a float32 cloud needs the
   // sizes positive and finite as float32 too (1e-50 or 1e39 are not).
   const bool single = points.scalar_type() == at::kFloat;
@@ -268,35 +283,38 @@ VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
     ROBOCACHE_CHECK_VALUE(std::isfinite(v) && v > 0, op,
                           ": voxel_size must be positive and finite; got ", voxel_size);
     ROBOCACHE_CHECK_VALUE(std::isfinite(as_point) && as_point > 0, op, ": voxel_size ", v,
-                          " is not positive and finite in the points' dtype (float32): ",
-                          as_point, "; use float64 points or a representable size");
+                          " is not positive and finite in the points' dtype (float32): ", as_point,
+                          "; use float64 points or a representable size");
   }
-  ROBOCACHE_CHECK_VALUE(origin.size() == 3, op, ": origin must have 3 entries; got ", origin.size());
+  ROBOCACHE_CHECK_VALUE(origin.size() == 3, op, ": origin must have 3 entries; got ",
+                        origin.size());
   for (double v : origin) {
     ROBOCACHE_CHECK_VALUE(std::isfinite(v) && std::isfinite(single ? double(float(v)) : v), op,
                           ": origin must be finite in the points' dtype; got ", origin);
   }
   if (reduce_needs_features(reduce)) {
     ROBOCACHE_CHECK_VALUE(features.has_value(), op, ": reduce='",
-                      reduce == Reduce::Sum ? "sum" : reduce == Reduce::Mean ? "mean" : "max",
-                      "' needs features; got None");
+                          reduce == Reduce::Sum    ? "sum"
+                          : reduce == Reduce::Mean ? "mean"
+                                                   : "max",
+                          "' needs features; got None");
   } else {
     ROBOCACHE_CHECK_VALUE(!features.has_value(), op, ": reduce='",
-                      reduce == Reduce::Count ? "count" : "occupancy",
-                      "' takes no features; got features of shape ",
-                      features.has_value() ? shape_str(*features) : std::string());
+                          reduce == Reduce::Count ? "count" : "occupancy",
+                          "' takes no features; got features of shape ",
+                          features.has_value() ? shape_str(*features) : std::string());
   }
   if (features.has_value()) {
     const at::Tensor& f = *features;
     ROBOCACHE_CHECK_VALUE(f.dim() == points.dim(), op, ": features must be ",
-                      points.dim() == 3 ? "(B, N, C)" : "(N, C)", " like points ",
-                      shape_str(points), "; got shape ", shape_str(f));
+                          points.dim() == 3 ? "(B, N, C)" : "(N, C)", " like points ",
+                          shape_str(points), "; got shape ", shape_str(f));
     ROBOCACHE_CHECK_TYPE(is_value_dtype(f.scalar_type()), op,
-                     ": features must be float32, float64, float16 or bfloat16; got ",
-                     f.scalar_type());
+                         ": features must be float32, float64, float16 or bfloat16; got ",
+                         f.scalar_type());
     ROBOCACHE_CHECK_VALUE(f.device() == points.device(), op,
-                      ": features must be on the same device as points; got points on ",
-                      points.device(), " and features on ", f.device());
+                          ": features must be on the same device as points; got points on ",
+                          points.device(), " and features on ", f.device());
     ROBOCACHE_SYM_CHECK(f.sym_size(-2).sym_eq(n.N), op, ": features has ", f.sym_size(-2),
                         " points but points has ", n.N, "; got points shape ", shape_str(points),
                         " and features shape ", shape_str(f));
@@ -309,14 +327,14 @@ VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
   if (lengths.has_value()) {
     const at::Tensor& len = *lengths;
     ROBOCACHE_CHECK_TYPE(len.scalar_type() == at::kLong, op, ": lengths must be int64; got ",
-                     len.scalar_type());
+                         len.scalar_type());
     ROBOCACHE_CHECK_VALUE(len.dim() == 1, op, ": lengths must be 1-D (B,); got shape ",
-                      shape_str(len));
+                          shape_str(len));
     ROBOCACHE_SYM_CHECK(len.sym_size(0).sym_eq(n.B), op, ": lengths must have B = ", n.B,
                         " entries; got shape ", shape_str(len));
     ROBOCACHE_CHECK_VALUE(len.device() == points.device(), op,
-                      ": lengths must be on the same device as points; got points on ",
-                      points.device(), " and lengths on ", len.device());
+                          ": lengths must be on the same device as points; got points on ",
+                          points.device(), " and lengths on ", len.device());
   }
   check_voxelize_sizes(n, grid_size, reduce, op);
   return n;
@@ -325,12 +343,14 @@ VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
 std::vector<c10::SymInt> voxelize_result_shape(const VoxelizeSizes& n,
                                                c10::SymIntArrayRef grid_size, Reduce reduce) {
   std::vector<c10::SymInt> shape;
-  if (n.batched) shape.push_back(n.B);
-  if (reduce_needs_features(reduce)) shape.push_back(n.C);
-  for (const auto& g : grid_size) shape.push_back(g);
+  if (n.batched)
+    shape.push_back(n.B);
+  if (reduce_needs_features(reduce))
+    shape.push_back(n.C);
+  for (const auto& g : grid_size)
+    shape.push_back(g);
   return shape;
 }
-
 
 void check_lengths_in_range(const at::Tensor& lengths, int64_t lo, int64_t hi, const char* bound,
                             const std::string& op) {
@@ -343,9 +363,9 @@ void check_lengths_in_range(const at::Tensor& lengths, int64_t lo, int64_t hi, c
 }
 
 InterpInputs resample_inputs(const at::Tensor& values, const at::Tensor& times,
-                                  const at::Tensor& query_times,
-                                  const std::optional<at::Tensor>& lengths,
-                                  c10::string_view mode, bool host_lengths) {
+                             const at::Tensor& query_times,
+                             const std::optional<at::Tensor>& lengths, c10::string_view mode,
+                             bool host_lengths) {
   constexpr const char* op = "robocache.resample";
   const Mode m = parse_mode(mode, op);
   check_resample_inputs(values, times, query_times, lengths, op);
@@ -367,10 +387,9 @@ FuseChecked check_fuse_inputs(at::TensorList values, at::TensorList times,
   return out;
 }
 
-InterpInputs fuse_inputs(at::TensorList values, at::TensorList times,
-                              const at::Tensor& query_times,
-                              const std::optional<at::Tensor>& lengths, c10::string_view modes,
-                              bool host_lengths) {
+InterpInputs fuse_inputs(at::TensorList values, at::TensorList times, const at::Tensor& query_times,
+                         const std::optional<at::Tensor>& lengths, c10::string_view modes,
+                         bool host_lengths) {
   constexpr const char* op = "robocache.fuse";
   auto checked = check_fuse_inputs(values, times, query_times, lengths, modes);
   const auto& len = checked.lengths;
@@ -383,8 +402,8 @@ InterpInputs fuse_inputs(at::TensorList values, at::TensorList times,
   return prepare_interp_inputs(values, times, query_times, len, std::move(checked.modes));
 }
 
-void check_backward_args(const InterpInputs& in, const at::Tensor& grad_out,
-                         size_t num_values_grad, bool query_grad, const char* op) {
+void check_backward_args(const InterpInputs& in, const at::Tensor& grad_out, size_t num_values_grad,
+                         bool query_grad, const char* op) {
   ROBOCACHE_CHECK_VALUE(num_values_grad == in.values.size(), op, ": values_grad has ",
                         num_values_grad, " entries for ", in.values.size(), " streams");
   int64_t total = 0;
@@ -399,18 +418,17 @@ VoxelInputs voxelize_inputs(const at::Tensor& points, const std::optional<at::Te
                             c10::string_view reduce_str, bool host_lengths) {
   constexpr const char* op = "robocache.voxelize";
   const Reduce reduce = parse_reduce(reduce_str, op);
-  const auto n = check_voxelize_inputs(points, features, lengths,
-                                       c10::fromIntArrayRefSlow(grid_size), voxel_size, origin,
-                                       reduce, op);
+  const auto n =
+      check_voxelize_inputs(points, features, lengths, c10::fromIntArrayRefSlow(grid_size),
+                            voxel_size, origin, reduce, op);
   if (host_lengths && lengths.has_value()) {
     check_lengths_in_range(*lengths, 0, n.N.expect_int(), "N", op);
   }
   return prepare_voxel_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce);
 }
 
-void check_voxelize_grad(const at::Tensor& grad, const at::Tensor& result,
-                         const VoxelizeSizes& n, c10::SymIntArrayRef grid_size, Reduce reduce,
-                         const std::string& op) {
+void check_voxelize_grad(const at::Tensor& grad, const at::Tensor& result, const VoxelizeSizes& n,
+                         c10::SymIntArrayRef grid_size, Reduce reduce, const std::string& op) {
   ROBOCACHE_CHECK_VALUE(reduce_needs_features(reduce), op,
                         ": only sum, mean and max have a gradient; got reduce='",
                         reduce == Reduce::Count ? "count" : "occupancy", "'");

@@ -14,8 +14,7 @@ extern "C" {
 // dlopen (or torch::load_library) to make the operators known to the dispatcher.
 PyObject* PyInit__C(void) {
   static struct PyModuleDef module_def = {
-      PyModuleDef_HEAD_INIT, "_C", "robocache operator library (registrations only)", -1,
-      nullptr};
+      PyModuleDef_HEAD_INIT, "_C", "robocache operator library (registrations only)", -1, nullptr};
   return PyModule_Create(&module_def);
 }
 }

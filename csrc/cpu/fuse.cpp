@@ -19,8 +19,8 @@ at::Tensor fuse_cpu(at::TensorList values, at::TensorList times, const at::Tenso
 
 std::tuple<std::vector<at::Tensor>, at::Tensor> fuse_backward_cpu(
     const at::Tensor& grad_out, at::TensorList values, at::TensorList times,
-    const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
-    c10::string_view modes, const c10::List<bool>& values_grad, bool query_grad) {
+    const at::Tensor& query_times, const std::optional<at::Tensor>& lengths, c10::string_view modes,
+    const c10::List<bool>& values_grad, bool query_grad) {
   const auto in = fuse_inputs(values, times, query_times, lengths, modes, true);
   check_backward_args(in, grad_out, values_grad.size(), query_grad, kOp);
   return interp_backward_cpu(in, grad_out, values_grad.vec(), query_grad);

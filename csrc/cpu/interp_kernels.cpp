@@ -18,7 +18,8 @@ template <typename value_t, typename stamp_t>
 std::vector<StreamArgs<value_t, stamp_t>> streams_of(const InterpInputs& in) {
   std::vector<StreamArgs<value_t, stamp_t>> s;
   for (size_t k = 0; k < in.values.size(); ++k)
-    s.push_back(stream_args<value_t, stamp_t>(in.values[k], in.times[k], in.lengths[k], in.modes[k]));
+    s.push_back(
+        stream_args<value_t, stamp_t>(in.values[k], in.times[k], in.lengths[k], in.modes[k]));
   return s;
 }
 
@@ -37,7 +38,8 @@ void write_channels(const StreamArgs<value_t, stamp_t>& s, const Location<weight
     std::copy(r0, r0 + s.D, dst);
     return;
   }
-  for (int64_t d = 0; d < s.D; ++d) dst[d] = value_t(blend(C(r0[d]), C(r1[d]), w));
+  for (int64_t d = 0; d < s.D; ++d)
+    dst[d] = value_t(blend(C(r0[d]), C(r1[d]), w));
 }
 
 template <typename value_t, typename stamp_t>
@@ -63,9 +65,8 @@ void forward_impl(const InterpInputs& in, const std::vector<int64_t>& cols, at::
 
 // Deterministic: each batch row accumulates its own gradient rows, in order.
 template <typename value_t, typename stamp_t>
-void backward_impl(const InterpInputs& in, const std::vector<int64_t>& cols,
-                   const at::Tensor& grad, const std::vector<compute_t<value_t>*>& gv,
-                   weight_t<stamp_t>* gq) {
+void backward_impl(const InterpInputs& in, const std::vector<int64_t>& cols, const at::Tensor& grad,
+                   const std::vector<compute_t<value_t>*>& gv, weight_t<stamp_t>* gq) {
   using C = compute_t<value_t>;
   using W = weight_t<stamp_t>;
   const auto streams = streams_of<value_t, stamp_t>(in);
@@ -80,7 +81,8 @@ void backward_impl(const InterpInputs& in, const std::vector<int64_t>& cols,
         for (size_t k = 0; k < streams.size(); ++k) {
           const auto& s = streams[k];
           const auto loc = locate_query(s, q, b, t, &hints[k]);
-          if (loc.nan) continue;
+          if (loc.nan)
+            continue;
           const value_t* gr = g + (b * T + t) * row_len + cols[k];
           const C w = C(loc.w);
           if (gv[k]) {
@@ -96,11 +98,13 @@ void backward_impl(const InterpInputs& in, const std::vector<int64_t>& cols,
             const value_t* r0 = s.values + b * s.v_bstride + loc.i0 * s.v_sstride;
             const value_t* r1 = s.values + b * s.v_bstride + loc.i1 * s.v_sstride;
             C acc = C(0);
-            for (int64_t d = 0; d < s.D; ++d) acc += C(gr[d]) * (C(r1[d]) - C(r0[d]));
+            for (int64_t d = 0; d < s.D; ++d)
+              acc += C(gr[d]) * (C(r1[d]) - C(r0[d]));
             slope += W(acc) / loc.dt;
           }
         }
-        if (gq) gq[b * T + t] = slope;
+        if (gq)
+          gq[b * T + t] = slope;
       }
     }
   });
@@ -113,12 +117,12 @@ at::Tensor interp_forward_cpu(const InterpInputs& in) {
   const auto cols = column_offsets(in, &total);
   const at::Tensor& v0 = in.values[0];
   at::Tensor out = at::empty({v0.size(0), in.query.size(-1), total}, v0.options());
-  if (out.numel() == 0) return out;
+  if (out.numel() == 0)
+    return out;
   ROBOCACHE_DISPATCH_VALUE_TYPES(v0.scalar_type(), "robocache_forward_cpu", [&] {
     using value_t = scalar_t;
-    ROBOCACHE_DISPATCH_TIME_TYPES(in.query.scalar_type(), "robocache_forward_cpu", [&] {
-      forward_impl<value_t, scalar_t>(in, cols, out);
-    });
+    ROBOCACHE_DISPATCH_TIME_TYPES(in.query.scalar_type(), "robocache_forward_cpu",
+                                  [&] { forward_impl<value_t, scalar_t>(in, cols, out); });
   });
   return out;
 }

@@ -20,12 +20,11 @@ at::Tensor resample_cpu(const at::Tensor& values, const at::Tensor& times,
 
 std::tuple<at::Tensor, at::Tensor> resample_backward_cpu(
     const at::Tensor& grad_out, const at::Tensor& values, const at::Tensor& times,
-    const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
-    c10::string_view mode, bool values_grad, bool query_grad) {
+    const at::Tensor& query_times, const std::optional<at::Tensor>& lengths, c10::string_view mode,
+    bool values_grad, bool query_grad) {
   const auto in = resample_inputs(values, times, query_times, lengths, mode, true);
   check_backward_args(in, grad_out, 1, query_grad, kOp);
-  auto [grad_values, grad_query] =
-      interp_backward_cpu(in, grad_out, {values_grad}, query_grad);
+  auto [grad_values, grad_query] = interp_backward_cpu(in, grad_out, {values_grad}, query_grad);
   return {grad_values[0], grad_query};
 }
 

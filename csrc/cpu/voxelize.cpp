@@ -28,7 +28,8 @@ constexpr int64_t kPointsIndexedAhead = 256;
 // thread that scatters into it, right before, so the pages are first touched
 // there and are still in cache.
 template <typename point_t, typename feat_t>
-void accumulate(const VoxelInputs& in, compute_t<feat_t>* acc, int32_t* counts, point_t* occupancy) {
+void accumulate(const VoxelInputs& in, compute_t<feat_t>* acc, int32_t* counts,
+                point_t* occupancy) {
   using A = compute_t<feat_t>;
   const auto a = voxel_args<point_t, feat_t>(in);
   const int64_t cells = in.cells();
@@ -36,21 +37,28 @@ void accumulate(const VoxelInputs& in, compute_t<feat_t>* acc, int32_t* counts, 
   const A acc_init = r == Reduce::Max ? -std::numeric_limits<A>::infinity() : A(0);
   at::parallel_for(0, a.B, 1, [&](int64_t b_begin, int64_t b_end) {
     for (int64_t b = b_begin; b < b_end; ++b) {
-      if (occupancy) std::fill_n(occupancy + b * cells, cells, point_t(0));
-      if (counts) std::fill_n(counts + b * cells, cells, int32_t(0));
-      if (acc) std::fill_n(acc + b * a.C * cells, a.C * cells, acc_init);
+      if (occupancy)
+        std::fill_n(occupancy + b * cells, cells, point_t(0));
+      if (counts)
+        std::fill_n(counts + b * cells, cells, int32_t(0));
+      if (acc)
+        std::fill_n(acc + b * a.C * cells, a.C * cells, acc_init);
       // Voxel indices a chunk at a time, then the scatter: the scatter's
       // loads are then independent of any arithmetic, so the core keeps many
       // cache misses in flight instead of one per point.
       int64_t vox[kPointsIndexedAhead];
       for (int64_t n0 = 0; n0 < a.N; n0 += kPointsIndexedAhead) {
         const int64_t m = std::min(kPointsIndexedAhead, a.N - n0);
-        for (int64_t k = 0; k < m; ++k) vox[k] = point_voxel(a, b, n0 + k);
+        for (int64_t k = 0; k < m; ++k)
+          vox[k] = point_voxel(a, b, n0 + k);
         for (int64_t k = 0; k < m; ++k) {
           const int64_t v = vox[k];
-          if (v < 0) continue;
-          if (occupancy) occupancy[b * cells + v] = point_t(1);
-          if (counts) counts[b * cells + v] += 1;
+          if (v < 0)
+            continue;
+          if (occupancy)
+            occupancy[b * cells + v] = point_t(1);
+          if (counts)
+            counts[b * cells + v] += 1;
           if (acc) {
             const feat_t* f = a.features + b * a.f_bstride + (n0 + k) * a.f_nstride;
             A* dst = acc + b * a.C * cells + v;
@@ -59,7 +67,8 @@ void accumulate(const VoxelInputs& in, compute_t<feat_t>* acc, int32_t* counts, 
               A& slot = dst[c * cells];
               if (r == Reduce::Max) {
                 // NaN propagates, like torch.amax.
-                if (x > slot || x != x) slot = x;
+                if (x > slot || x != x)
+                  slot = x;
               } else {
                 slot += x;
               }
@@ -75,8 +84,8 @@ at::Tensor voxelize_cpu(const at::Tensor& points, const std::optional<at::Tensor
                         const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
                         at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
                         c10::string_view reduce_str) {
-  const auto in = voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
-                                  reduce_str, true);
+  const auto in =
+      voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str, true);
   const int64_t B = in.B(), C = in.C(), cells = in.cells();
   at::Tensor result;
   AT_DISPATCH_FLOATING_TYPES(points.scalar_type(), "voxelize_cpu", [&] {
@@ -97,8 +106,10 @@ at::Tensor voxelize_cpu(const at::Tensor& points, const std::optional<at::Tensor
           const auto acc_opts = in.features.options().dtype(c10::CppTypeToScalarType<A>::value);
           at::Tensor acc = empty_output({B, C, cells}, acc_opts);
           at::Tensor counts;
-          if (in.reduce != Reduce::Sum) counts = empty_output({B, 1, cells}, points.options().dtype(at::kInt));
-          accumulate<point_t, feat_t>(in, acc.data_ptr<A>(), counts.defined() ? counts.data_ptr<int32_t>() : nullptr,
+          if (in.reduce != Reduce::Sum)
+            counts = empty_output({B, 1, cells}, points.options().dtype(at::kInt));
+          accumulate<point_t, feat_t>(in, acc.data_ptr<A>(),
+                                      counts.defined() ? counts.data_ptr<int32_t>() : nullptr,
                                       nullptr);
           if (in.reduce == Reduce::Mean) {
             acc = acc.div(counts.clamp_min(1));
@@ -128,18 +139,21 @@ void backward_impl(const VoxelInputs& in, const at::Tensor& grad, const at::Tens
         counts.assign(cells, 0);
         for (int64_t n = 0; n < a.N; ++n) {
           const int64_t v = point_voxel(a, b, n);
-          if (v >= 0) counts[v] += 1;
+          if (v >= 0)
+            counts[v] += 1;
         }
       } else if (in.reduce == Reduce::Max) {
         // The lowest-index point at each voxel's max takes its gradient.
         first.assign(C * cells, -1);
         for (int64_t n = 0; n < a.N; ++n) {
           const int64_t v = point_voxel(a, b, n);
-          if (v < 0) continue;
+          if (v < 0)
+            continue;
           const feat_t* f = a.features + b * a.f_bstride + n * a.f_nstride;
           for (int64_t c = 0; c < C; ++c) {
             const int64_t e = c * cells + v;
-            if (first[e] < 0 && A(f[c * a.f_cstride]) == A(res[b * C * cells + e])) first[e] = int32_t(n);
+            if (first[e] < 0 && A(f[c * a.f_cstride]) == A(res[b * C * cells + e]))
+              first[e] = int32_t(n);
           }
         }
       }
@@ -150,8 +164,8 @@ void backward_impl(const VoxelInputs& in, const at::Tensor& grad, const at::Tens
           A x = A(0);
           if (v >= 0) {
             const int64_t e = c * cells + v;
-            x = voxel_point_grad(in.reduce, A(g[b * C * cells + e]), counts.data(), v,
-                                 first.data(), e, n);
+            x = voxel_point_grad(in.reduce, A(g[b * C * cells + e]), counts.data(), v, first.data(),
+                                 e, n);
           }
           out[c] = feat_t(x);
         }
@@ -161,12 +175,13 @@ void backward_impl(const VoxelInputs& in, const at::Tensor& grad, const at::Tens
 }
 
 at::Tensor voxelize_backward_cpu(const at::Tensor& grad, const at::Tensor& points,
-                                 const at::Tensor& features, const std::optional<at::Tensor>& lengths,
+                                 const at::Tensor& features,
+                                 const std::optional<at::Tensor>& lengths,
                                  at::IntArrayRef grid_size, at::ArrayRef<double> voxel_size,
                                  at::ArrayRef<double> origin, c10::string_view reduce_str,
                                  const at::Tensor& result) {
-  const auto in = voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
-                                  reduce_str, true);
+  const auto in =
+      voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str, true);
   check_voxelize_backward_args(in, grad, result, reduce_str);
   const int64_t B = in.B(), C = in.C();
   at::Tensor grad_features = at::empty({B, in.N(), C}, features.options());

@@ -21,23 +21,27 @@ __device__ __forceinline__ void atomic_add_frag(float* dst, const cutlass::Array
   if constexpr (kVector) {
 #pragma unroll
     for (int k = 0; k < N; k += 4) {
-      atomicAdd(reinterpret_cast<float4*>(dst + k), make_float4(x[k], x[k + 1], x[k + 2], x[k + 3]));
+      atomicAdd(reinterpret_cast<float4*>(dst + k),
+                make_float4(x[k], x[k + 1], x[k + 2], x[k + 3]));
     }
   } else {
 #pragma unroll
-    for (int k = 0; k < N; ++k) atomicAdd(dst + k, x[k]);
+    for (int k = 0; k < N; ++k)
+      atomicAdd(dst + k, x[k]);
   }
 }
 
 template <int N>
 __device__ __forceinline__ void atomic_add_frag(double* dst, const cutlass::Array<double, N>& x) {
 #pragma unroll
-  for (int k = 0; k < N; ++k) atomicAdd(dst + k, x[k]);
+  for (int k = 0; k < N; ++k)
+    atomicAdd(dst + k, x[k]);
 }
 
 template <typename T>
 __device__ __forceinline__ T group_sum(T x, int G) {
-  for (int offset = G >> 1; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  for (int offset = G >> 1; offset > 0; offset >>= 1)
+    x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
 }
 
@@ -45,7 +49,8 @@ __device__ __forceinline__ T group_sum(T x, int G) {
 // x1 = w g, x0 = g - x1.
 template <typename C, int N>
 __device__ __forceinline__ void split_by_weight(const cutlass::Array<C, N>& g, C w,
-                                                cutlass::Array<C, N>& x0, cutlass::Array<C, N>& x1) {
+                                                cutlass::Array<C, N>& x0,
+                                                cutlass::Array<C, N>& x1) {
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     x1[k] = w * g[k];
@@ -60,7 +65,8 @@ __device__ __forceinline__ void add_dot_difference(C& partial, const cutlass::Ar
                                                    const cutlass::Array<C, N>& v0,
                                                    const cutlass::Array<C, N>& v1) {
 #pragma unroll
-  for (int k = 0; k < N; ++k) partial += g[k] * (v1[k] - v0[k]);
+  for (int k = 0; k < N; ++k)
+    partial += g[k] * (v1[k] - v0[k]);
 }
 
 // Backward of the forward blend for query (b, t):
@@ -74,7 +80,8 @@ __device__ __forceinline__ compute_t<value_t> resample_one_backward(
   using IO = VecIO<value_t, VEC>;
   using C = typename IO::C;
   C partial = C(0);
-  if (loc.nan) return partial;
+  if (loc.nan)
+    return partial;
   const int64_t nvec = s.D / VEC;
   const C w = C(loc.w);
   const bool slope = query_grad && loc.dt != 0;
@@ -113,10 +120,12 @@ struct PendingRow {
   cutlass::Array<C, VEC> sum;
 
   // dst: this lane's vector of row 0 of the batch row's accumulator.
-  __device__ __forceinline__ void add(C* dst, int64_t D, int64_t r, const cutlass::Array<C, VEC>& x) {
+  __device__ __forceinline__ void add(C* dst, int64_t D, int64_t r,
+                                      const cutlass::Array<C, VEC>& x) {
     if (r == row) {
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) sum[k] += x[k];
+      for (int k = 0; k < VEC; ++k)
+        sum[k] += x[k];
       return;
     }
     flush(dst, D);
@@ -125,7 +134,8 @@ struct PendingRow {
   }
 
   __device__ __forceinline__ void flush(C* dst, int64_t D) {
-    if (row >= 0) atomic_add_frag(dst + row * D, sum);
+    if (row >= 0)
+      atomic_add_frag(dst + row * D, sum);
     row = -1;
   }
 };
@@ -142,7 +152,8 @@ __device__ __forceinline__ compute_t<value_t> resample_one_backward_merged(
   using IO = VecIO<value_t, VEC>;
   using C = typename IO::C;
   C partial = C(0);
-  if (loc.nan || lane >= s.D / VEC) return partial;
+  if (loc.nan || lane >= s.D / VEC)
+    return partial;
   const C w = C(loc.w);
   const auto g = IO::load(grad + lane * VEC);
   if (acc) {

@@ -18,7 +18,8 @@ at::Tensor interp_forward_cuda(const InterpInputs& in, const char* op) {
   const auto cols = column_offsets(in, &total);
   const at::Tensor& v0 = in.values[0];
   at::Tensor out = at::empty({v0.size(0), in.query.size(-1), total}, v0.options());
-  if (out.numel() == 0) return out;
+  if (out.numel() == 0)
+    return out;
   ROBOCACHE_DISPATCH_VALUE_TYPES(v0.scalar_type(), "robocache_forward_cuda", [&] {
     using value_t = scalar_t;
     ROBOCACHE_DISPATCH_TIME_TYPES(in.query.scalar_type(), "robocache_forward_cuda", [&] {
@@ -46,7 +47,8 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> interp_backward_cuda(
   const auto buf = interp_grad_buffers(in, grad_out, values_grad);
   // Rows are read in place; only a non-unit channel stride forces a copy.
   at::Tensor grad = buf.grad;
-  if (grad.size(2) > 1 && grad.stride(2) != 1) grad = grad.contiguous();
+  if (grad.size(2) > 1 && grad.stride(2) != 1)
+    grad = grad.contiguous();
   const int64_t launches = (K + kMaxStreams - 1) / kMaxStreams;
   at::Tensor gq_parts = query_grad
                             ? at::empty({launches, B, T}, in.query.options().dtype(buf.query_dtype))
@@ -65,7 +67,8 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> interp_backward_cuda(
     gq_parts.zero_();
   }
   at::Tensor gq;
-  if (query_grad) gq = launches == 1 ? gq_parts[0] : gq_parts.sum(0);
+  if (query_grad)
+    gq = launches == 1 ? gq_parts[0] : gq_parts.sum(0);
   return interp_grad_results(in, buf, gq);
 }
 

@@ -23,9 +23,9 @@ constexpr int kMaxStreams = 32;
 template <typename value_t, typename stamp_t, int MAXK>
 struct Streams {
   StreamArgs<value_t, stamp_t> s[MAXK];
-  int64_t col[MAXK];                       // first output column of each stream
-  compute_t<value_t>* grad_values[MAXK];   // backward: (B, S_k, D_k) accumulators, or nullptr
-  int log2G[MAXK];                         // log2 of the lanes that share one query's channels
+  int64_t col[MAXK];                      // first output column of each stream
+  compute_t<value_t>* grad_values[MAXK];  // backward: (B, S_k, D_k) accumulators, or nullptr
+  int log2G[MAXK];                        // log2 of the lanes that share one query's channels
   int K;
 };
 
@@ -60,7 +60,8 @@ template <typename stamp_t>
 __device__ __forceinline__ int64_t warp_upper_bound(const stamp_t* times, int64_t stride, int64_t L,
                                                     stamp_t q, int lane, stamp_t* pivots) {
   // Pivot j (j < 31) is sample ((j + 1) * L) / 32.
-  if (lane < 31) pivots[lane] = times[(((lane + 1) * L) >> 5) * stride];
+  if (lane < 31)
+    pivots[lane] = times[(((lane + 1) * L) >> 5) * stride];
   __syncwarp();
   int lo = 0, hi = 31;  // c = the number of pivots <= q
   while (lo < hi) {
@@ -74,7 +75,7 @@ __device__ __forceinline__ int64_t warp_upper_bound(const stamp_t* times, int64_
   __syncwarp();  // the pivots are read before the next call overwrites them
   const int c = lo;
   const int64_t first = c == 0 ? 0 : ((int64_t(c) * L) >> 5) + 1;  // past pivot c - 1
-  const int64_t last = c == 31 ? L : (int64_t(c + 1) * L) >> 5;     // at pivot c
+  const int64_t last = c == 31 ? L : (int64_t(c + 1) * L) >> 5;    // at pivot c
   return first + upper_bound(times + first * stride, stride, last - first, q);
 }
 
@@ -92,10 +93,12 @@ __device__ __forceinline__ Location<weight_t<stamp_t>> warp_locate(
   const stamp_t* row = s.times + b * s.t_bstride;
   const int64_t L0 = __shfl_sync(kFullMask, L, 0);
   const long long row0 = __shfl_sync(kFullMask, reinterpret_cast<long long>(row), 0);
-  if (L0 >= 64 && __all_sync(kFullMask, !mine || (L == L0 && reinterpret_cast<long long>(row) == row0))) {
-    const int64_t kq = warp_upper_bound(reinterpret_cast<const stamp_t*>(row0), s.t_stride, L0,
-                                        qv, lane, pivots);
-    if (mine && !is_nan(qv)) loc = locate_at(row, s.t_stride, L, qv, s.mode, kq);
+  if (L0 >= 64 &&
+      __all_sync(kFullMask, !mine || (L == L0 && reinterpret_cast<long long>(row) == row0))) {
+    const int64_t kq =
+        warp_upper_bound(reinterpret_cast<const stamp_t*>(row0), s.t_stride, L0, qv, lane, pivots);
+    if (mine && !is_nan(qv))
+      loc = locate_at(row, s.t_stride, L, qv, s.mode, kq);
   } else if (mine) {
     loc = locate(row, s.t_stride, L, qv, s.mode);
   }
@@ -126,8 +129,8 @@ constexpr int kBatch = 4;
 template <int MAXK, typename value_t, typename stamp_t>
 __device__ __forceinline__ void locate_tile(const Streams<value_t, stamp_t, MAXK>& p,
                                             const QueryArgs<stamp_t>& q, int64_t first, int nq,
-                                            int Q, RowRef<weight_t<stamp_t>>* refs,
-                                            stamp_t* pivots, int tid, int TT) {
+                                            int Q, RowRef<weight_t<stamp_t>>* refs, stamp_t* pivots,
+                                            int tid, int TT) {
   using W = weight_t<stamp_t>;
   const int K = MAXK == 1 ? 1 : p.K;
   const int lane = threadIdx.x % kWarpLanes;
@@ -136,7 +139,8 @@ __device__ __forceinline__ void locate_tile(const Streams<value_t, stamp_t, MAXK
     // stream, which keeps p.s in the parameter space.
     const int k = MAXK == 1 ? 0 : base / Q;
     const int i = base - k * Q + lane;
-    if (base - k * Q >= nq) continue;  // uniform: past the tile's last query
+    if (base - k * Q >= nq)
+      continue;  // uniform: past the tile's last query
     const bool mine = i < nq;
     int64_t b = 0;
     stamp_t qv = stamp_t(0);
@@ -190,7 +194,8 @@ __device__ __forceinline__ void gather_tile(const Streams<value_t, stamp_t, MAXK
           if (off[u] >= 0) {
             const value_t* r0p = s.values + off[u] + v * VEC;
             x0[u] = IO::load_raw(r0p);
-            if (w[u] != C(0)) x1[u] = IO::load_raw(r0p + s.v_sstride);
+            if (w[u] != C(0))
+              x1[u] = IO::load_raw(r0p + s.v_sstride);
           }
         }
 #pragma unroll
@@ -205,7 +210,8 @@ __device__ __forceinline__ void gather_tile(const Streams<value_t, stamp_t, MAXK
               if (w[u] != C(0)) {
                 const auto y1 = IO::convert(x1[u]);
 #pragma unroll
-                for (int e = 0; e < VEC; ++e) y[e] = blend(y[e], y1[e], w[u]);
+                for (int e = 0; e < VEC; ++e)
+                  y[e] = blend(y[e], y1[e], w[u]);
               }
             }
             IO::store(dst + row * out_cols + v * VEC, y);
@@ -231,14 +237,14 @@ __device__ __forceinline__ void tile_sync(int g, int TT) {
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
 __global__ void __launch_bounds__(kThreads, 4)
     interp_forward_kernel(const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
-                                value_t* __restrict__ out, int64_t out_cols, int64_t n, int Q,
-                                int TT) {
+                          value_t* __restrict__ out, int64_t out_cols, int64_t n, int Q, int TT) {
   __shared__ RowRef<weight_t<stamp_t>> refs[kMaxPairs];
   __shared__ stamp_t pivots[kThreads];
   const int K = MAXK == 1 ? 1 : p.K;
   const int g = threadIdx.x / TT, tid = threadIdx.x % TT;
   const int64_t first = (int64_t(blockIdx.x) * (kThreads / TT) + g) * Q;
-  if (first >= n) return;  // uniform across the tile
+  if (first >= n)
+    return;  // uniform across the tile
   const int nq = int(n - first < Q ? n - first : Q);
   RowRef<weight_t<stamp_t>>* tile = refs + g * Q * K;
   locate_tile(p, q, first, nq, Q, tile, pivots, tid, TT);
@@ -247,14 +253,16 @@ __global__ void __launch_bounds__(kThreads, 4)
 }
 
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
-__global__ void __launch_bounds__(kThreads) interp_backward_kernel(
-    const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
-    const value_t* __restrict__ grad, int64_t g_bstride, int64_t g_tstride,
-    weight_t<stamp_t>* __restrict__ grad_query, int64_t num_chunks, int64_t chunks_per_row) {
+__global__ void __launch_bounds__(kThreads)
+    interp_backward_kernel(const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
+                           const value_t* __restrict__ grad, int64_t g_bstride, int64_t g_tstride,
+                           weight_t<stamp_t>* __restrict__ grad_query, int64_t num_chunks,
+                           int64_t chunks_per_row) {
   using W = weight_t<stamp_t>;
   using C = compute_t<value_t>;
   const int64_t chunk = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / kWarpLanes;
-  if (chunk >= num_chunks) return;  // uniform across the warp
+  if (chunk >= num_chunks)
+    return;  // uniform across the warp
   const int lane = threadIdx.x % kWarpLanes;
   const int64_t b = chunk / chunks_per_row;
   const int64_t t0 = (chunk - b * chunks_per_row) * kWarpLanes;
@@ -284,15 +292,17 @@ __global__ void __launch_bounds__(kThreads) interp_backward_kernel(
         const auto l = shuffle_location(loc, src);
         C partial = C(0);
         if (src < nq) {
-          partial = resample_one_backward_merged<VEC>(s, l, b, sub, grows + src * g_tstride + p.col[k],
-                                                      acc, query_grad, pending);
+          partial = resample_one_backward_merged<VEC>(
+              s, l, b, sub, grows + src * g_tstride + p.col[k], acc, query_grad, pending);
         }
         if (query_grad) {
           partial = group_sum(partial, G);
-          if (sub == i && loc.dt != W(0)) slope += W(partial) / loc.dt;
+          if (sub == i && loc.dt != W(0))
+            slope += W(partial) / loc.dt;
         }
       }
-      if (acc) pending.flush(acc, s.D);
+      if (acc)
+        pending.flush(acc, s.D);
       continue;
     }
     for (int j = 0; j < nq; j += per_iter) {
@@ -307,11 +317,13 @@ __global__ void __launch_bounds__(kThreads) interp_backward_kernel(
         // g . (v1 - v0) for query src, summed over its group, back to lane src.
         partial = group_sum(partial, G);
         const C total = __shfl_sync(kFullMask, partial, ((lane - j) & (per_iter - 1)) << lg);
-        if (lane >= j && lane < j + per_iter && loc.dt != W(0)) slope += W(total) / loc.dt;
+        if (lane >= j && lane < j + per_iter && loc.dt != W(0))
+          slope += W(total) / loc.dt;
       }
     }
   }
-  if (grad_query != nullptr && mine) grad_query[b * q.T + t0 + lane] = slope;
+  if (grad_query != nullptr && mine)
+    grad_query[b * q.T + t0 + lane] = slope;
 }
 
 }  // namespace robocache

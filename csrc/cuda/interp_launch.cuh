@@ -22,11 +22,14 @@ namespace robocache {
 // log2 of the lanes per query: enough vectors to cover D, at most a warp.
 inline int group_log2(int64_t nvec) {
   int lg = 0;
-  while (lg < 5 && (int64_t(1) << lg) < nvec) ++lg;
+  while (lg < 5 && (int64_t(1) << lg) < nvec)
+    ++lg;
   return lg;
 }
 
-inline bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+inline bool aligned(const void* p, int bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
 
 // The backward kernel's chunks of kWarpLanes queries of one batch row,
 // kThreads / kWarpLanes chunks per block.
@@ -44,9 +47,8 @@ inline ChunkGrid chunk_grid(int64_t B, int64_t T, const char* op) {
 }
 
 template <typename value_t, typename stamp_t, int MAXK>
-Streams<value_t, stamp_t, MAXK> make_streams(const InterpInputs& in, int64_t first,
-                                             int64_t count, const std::vector<int64_t>& cols,
-                                             int vec) {
+Streams<value_t, stamp_t, MAXK> make_streams(const InterpInputs& in, int64_t first, int64_t count,
+                                             const std::vector<int64_t>& cols, int vec) {
   Streams<value_t, stamp_t, MAXK> p{};
   p.K = static_cast<int>(count);
   for (int64_t k = 0; k < count; ++k) {
@@ -63,20 +65,21 @@ Streams<value_t, stamp_t, MAXK> make_streams(const InterpInputs& in, int64_t fir
 // rows, and their columns in a row of `cols_total` channels starting at
 // `base`, allow: returned in elements.
 template <typename value_t>
-int vector_width(const InterpInputs& in, const std::vector<int64_t>& cols,
-                 int64_t cols_total, const void* base, int64_t base_bstride = 0,
-                 int64_t base_tstride = 0) {
+int vector_width(const InterpInputs& in, const std::vector<int64_t>& cols, int64_t cols_total,
+                 const void* base, int64_t base_bstride = 0, int64_t base_tstride = 0) {
   for (const int bytes : {16, 8}) {
     const int V = bytes / static_cast<int>(sizeof(value_t));
-    if (V <= 1) break;
+    if (V <= 1)
+      break;
     bool ok = aligned(base, bytes) && cols_total % V == 0 && base_bstride % V == 0 &&
               base_tstride % V == 0;
     for (size_t k = 0; ok && k < in.values.size(); ++k) {
       const at::Tensor& v = in.values[k];
-      ok = v.size(2) % V == 0 && v.stride(0) % V == 0 && v.stride(1) % V == 0 &&
-           cols[k] % V == 0 && aligned(v.data_ptr(), bytes);
+      ok = v.size(2) % V == 0 && v.stride(0) % V == 0 && v.stride(1) % V == 0 && cols[k] % V == 0 &&
+           aligned(v.data_ptr(), bytes);
     }
-    if (ok) return V;
+    if (ok)
+      return V;
   }
   return 1;
 }
@@ -140,7 +143,7 @@ inline ForwardTile forward_tile(int64_t n, int64_t vectors_per_query, int K) {
 // out: (B, T, cols_total) contiguous; stream k writes columns [cols[k], cols[k] + D_k).
 template <typename value_t, typename stamp_t>
 void launch_interp_forward(const InterpInputs& in, const std::vector<int64_t>& cols,
-                                 at::Tensor& out, const char* op) {
+                           at::Tensor& out, const char* op) {
   const auto q = query_args<stamp_t>(in.query);
   const int64_t out_cols = out.size(2);
   const int64_t n = out.size(0) * out.size(1);
@@ -151,13 +154,14 @@ void launch_interp_forward(const InterpInputs& in, const std::vector<int64_t>& c
   const auto tile = forward_tile(n, out_cols / vec, K);
   const int64_t per_block = int64_t(tile.queries) * (kThreads / tile.threads);
   const unsigned int blocks = grid_blocks(n, per_block, op, "queries", n);
-  for_each_launch<value_t, stamp_t>(in, cols, vec, [&](const auto& p, auto vec_tag, int64_t, int64_t) {
-    constexpr int VEC = decltype(vec_tag)::value;
-    constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
-    interp_forward_kernel<VEC, MAXK><<<blocks, kThreads, 0, cuda_stream>>>(
-        p, q, o, out_cols, n, tile.queries, tile.threads);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  for_each_launch<value_t, stamp_t>(
+      in, cols, vec, [&](const auto& p, auto vec_tag, int64_t, int64_t) {
+        constexpr int VEC = decltype(vec_tag)::value;
+        constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
+        interp_forward_kernel<VEC, MAXK><<<blocks, kThreads, 0, cuda_stream>>>(
+            p, q, o, out_cols, n, tile.queries, tile.threads);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
 }
 
 // grad: (B, T, cols_total) with unit stride along channels. grad_values[k] is
@@ -165,9 +169,9 @@ void launch_interp_forward(const InterpInputs& in, const std::vector<int64_t>& c
 // i (one per kMaxStreams streams) goes to grad_query_parts + i * B * T.
 template <typename value_t, typename stamp_t>
 void launch_interp_backward(const InterpInputs& in, const std::vector<int64_t>& cols,
-                                  const at::Tensor& grad,
-                                  const std::vector<compute_t<value_t>*>& grad_values,
-                                  weight_t<stamp_t>* grad_query_parts, const char* op) {
+                            const at::Tensor& grad,
+                            const std::vector<compute_t<value_t>*>& grad_values,
+                            weight_t<stamp_t>* grad_query_parts, const char* op) {
   const auto q = query_args<stamp_t>(in.query);
   const auto grid = chunk_grid(grad.size(0), grad.size(1), op);
   const int64_t n = grad.size(0) * grad.size(1);
@@ -175,15 +179,17 @@ void launch_interp_backward(const InterpInputs& in, const std::vector<int64_t>& 
   const value_t* g = grad.data_ptr<value_t>();
   const int64_t gb = grad.stride(0), gt = grad.stride(1);
   const int vec = vector_width<value_t>(in, cols, grad.size(2), g, gb, gt);
-  for_each_launch<value_t, stamp_t>(in, cols, vec, [&](auto p, auto vec_tag, int64_t first, int64_t index) {
-    constexpr int VEC = decltype(vec_tag)::value;
-    constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
-    for (int k = 0; k < p.K; ++k) p.grad_values[k] = grad_values[first + k];
-    auto* gq = grad_query_parts ? grad_query_parts + index * n : nullptr;
-    interp_backward_kernel<VEC, MAXK><<<grid.blocks, kThreads, 0, cuda_stream>>>(
-        p, q, g, gb, gt, gq, grid.total, grid.per_row);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
+  for_each_launch<value_t, stamp_t>(
+      in, cols, vec, [&](auto p, auto vec_tag, int64_t first, int64_t index) {
+        constexpr int VEC = decltype(vec_tag)::value;
+        constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
+        for (int k = 0; k < p.K; ++k)
+          p.grad_values[k] = grad_values[first + k];
+        auto* gq = grad_query_parts ? grad_query_parts + index * n : nullptr;
+        interp_backward_kernel<VEC, MAXK><<<grid.blocks, kThreads, 0, cuda_stream>>>(
+            p, q, g, gb, gt, gq, grid.total, grid.per_row);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
 }
 
 }  // namespace robocache

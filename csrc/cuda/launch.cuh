@@ -15,8 +15,8 @@ constexpr int kThreads = 256;
 // Blocks for `items` work items, `per_block` a block, and at least one. A
 // grid holds at most 2^31 - 1 blocks; past that the call raises, naming the
 // `count` `what` asked for (e.g. "too many queries for one launch (n)").
-inline unsigned int grid_blocks(int64_t items, int64_t per_block, const char* op,
-                                const char* what, int64_t count) {
+inline unsigned int grid_blocks(int64_t items, int64_t per_block, const char* op, const char* what,
+                                int64_t count) {
   const int64_t blocks = (items + per_block - 1) / per_block;
   ROBOCACHE_CHECK(blocks <= int64_t(0x7fffffff), op, ": too many ", what, " for one launch (",
                   count, ")");

@@ -17,14 +17,14 @@ constexpr const char* kOp = "robocache.resample";
 at::Tensor resample_cuda(const at::Tensor& values, const at::Tensor& times,
                          const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
                          c10::string_view mode) {
-  return interp_forward_cuda(
-      resample_inputs(values, times, query_times, lengths, mode, false), kOp);
+  return interp_forward_cuda(resample_inputs(values, times, query_times, lengths, mode, false),
+                             kOp);
 }
 
 std::tuple<at::Tensor, at::Tensor> resample_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& values, const at::Tensor& times,
-    const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
-    c10::string_view mode, bool values_grad, bool query_grad) {
+    const at::Tensor& query_times, const std::optional<at::Tensor>& lengths, c10::string_view mode,
+    bool values_grad, bool query_grad) {
   const auto in = resample_inputs(values, times, query_times, lengths, mode, false);
   check_backward_args(in, grad_out, 1, query_grad, kOp);
   auto [grad_values, grad_query] =

@@ -81,7 +81,8 @@ struct VecIO {
   __device__ __forceinline__ static Frag nan() {
     Frag f;
 #pragma unroll
-    for (int k = 0; k < N; ++k) f[k] = std::numeric_limits<C>::quiet_NaN();
+    for (int k = 0; k < N; ++k)
+      f[k] = std::numeric_limits<C>::quiet_NaN();
     return f;
   }
 };

@@ -32,7 +32,8 @@ unsigned int dense_blocks(int64_t groups) {
 
 template <typename out_t>
 void poison_negative_lengths(const VoxelInputs& in, at::Tensor& out, out_t poison) {
-  if (!in.lengths.defined() || out.numel() == 0) return;
+  if (!in.lengths.defined() || out.numel() == 0)
+    return;
   const int64_t total = out.numel();
   poison_negative_lengths_kernel<out_t>
       <<<grid_blocks(total, kOp), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
@@ -44,8 +45,8 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
                          const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
                          at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
                          c10::string_view reduce_str) {
-  const auto in = voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
-                                  reduce_str, false);
+  const auto in =
+      voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str, false);
   const c10::cuda::CUDAGuard guard(points.device());
   const int64_t B = in.B(), C = in.C(), cells = in.cells(), n = B * in.N();
   auto cuda_stream = at::cuda::getCurrentCUDAStream();
@@ -54,7 +55,8 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
     using point_t = scalar_t;
     if (in.reduce == Reduce::Occupancy) {
       result = at::empty({B, cells}, points.options());
-      if (result.numel() == 0) return;
+      if (result.numel() == 0)
+        return;
       const int64_t words_per_cloud = (cells + 31) / 32;
       // uint32 words, held in an int32 tensor (same bits).
       at::Tensor bits = at::zeros({B * words_per_cloud}, points.options().dtype(at::kInt));
@@ -68,15 +70,17 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
       if (cells % 32 == 0) {
         write_occupancy_words_kernel<point_t>
             <<<grid_blocks(B * words_per_cloud, kOp), kThreads, 0, cuda_stream>>>(
-            bits_ptr, B * words_per_cloud, cells, lengths_ptr, result.data_ptr<point_t>());
+                bits_ptr, B * words_per_cloud, cells, lengths_ptr, result.data_ptr<point_t>());
       } else if (cells % 4 == 0) {
         write_occupancy_kernel<point_t, 4>
             <<<grid_blocks((B * cells) / 4, kOp), kThreads, 0, cuda_stream>>>(
-            bits_ptr, words_per_cloud, cells, B * cells, lengths_ptr, result.data_ptr<point_t>());
+                bits_ptr, words_per_cloud, cells, B * cells, lengths_ptr,
+                result.data_ptr<point_t>());
       } else {
         write_occupancy_kernel<point_t, 1>
             <<<grid_blocks(B * cells, kOp), kThreads, 0, cuda_stream>>>(
-            bits_ptr, words_per_cloud, cells, B * cells, lengths_ptr, result.data_ptr<point_t>());
+                bits_ptr, words_per_cloud, cells, B * cells, lengths_ptr,
+                result.data_ptr<point_t>());
       }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       return;
@@ -108,9 +112,10 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
       // float sum/mean slots are padded to a multiple of 4 (16-byte atomics).
       const int64_t acc_stride =
           std::is_same<A, float>::value && in.reduce != Reduce::Max ? (C + 3) / 4 * 4 : C;
-      at::Tensor acc = in.reduce == Reduce::Max
-                           ? at::full({n, acc_stride}, -std::numeric_limits<A>::infinity(), acc_opts)
-                           : at::zeros({n, acc_stride}, acc_opts);
+      at::Tensor acc =
+          in.reduce == Reduce::Max
+              ? at::full({n, acc_stride}, -std::numeric_limits<A>::infinity(), acc_opts)
+              : at::zeros({n, acc_stride}, acc_opts);
       // mean: counts ride in a padding lane while they are exact in a float.
       const int64_t count_lane =
           in.reduce == Reduce::Mean && acc_stride > C && n <= (int64_t(1) << 24) ? C : -1;
@@ -127,13 +132,14 @@ at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tenso
       if (result.numel() > 0) {
         const int32_t* counts = slot_count.defined() ? slot_count.data_ptr<int32_t>() : nullptr;
         if (cells % 4 == 0) {
-          write_dense_kernel<feat_t, 4><<<dense_blocks((B * cells) / 4), kThreads, 0, cuda_stream>>>(
-              slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(), acc_stride, counts, count_lane, in.reduce, C,
-              cells, B * cells, result.data_ptr<feat_t>());
+          write_dense_kernel<feat_t, 4>
+              <<<dense_blocks((B * cells) / 4), kThreads, 0, cuda_stream>>>(
+                  slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(), acc_stride, counts, count_lane,
+                  in.reduce, C, cells, B * cells, result.data_ptr<feat_t>());
         } else {
           write_dense_kernel<feat_t, 1><<<dense_blocks(B * cells), kThreads, 0, cuda_stream>>>(
-              slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(), acc_stride, counts, count_lane, in.reduce, C,
-              cells, B * cells, result.data_ptr<feat_t>());
+              slot_of.data_ptr<int32_t>(), acc.data_ptr<A>(), acc_stride, counts, count_lane,
+              in.reduce, C, cells, B * cells, result.data_ptr<feat_t>());
         }
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }

@@ -25,12 +25,13 @@ namespace {
 constexpr const char* kOp = "robocache.voxelize";
 
 at::Tensor voxelize_backward_cuda(const at::Tensor& grad, const at::Tensor& points,
-                                  const at::Tensor& features, const std::optional<at::Tensor>& lengths,
+                                  const at::Tensor& features,
+                                  const std::optional<at::Tensor>& lengths,
                                   at::IntArrayRef grid_size, at::ArrayRef<double> voxel_size,
                                   at::ArrayRef<double> origin, c10::string_view reduce_str,
                                   const at::Tensor& result) {
-  const auto in = voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
-                                  reduce_str, false);
+  const auto in =
+      voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce_str, false);
   check_voxelize_backward_args(in, grad, result, reduce_str);
   const c10::cuda::CUDAGuard guard(points.device());
   const int64_t B = in.B(), C = in.C(), cells = in.cells(), n = B * in.N();
@@ -60,7 +61,8 @@ at::Tensor voxelize_backward_cuda(const at::Tensor& grad, const at::Tensor& poin
         gather_grad_kernel<point_t, feat_t><<<grid_blocks(n, kOp), kThreads, 0, cuda_stream>>>(
             a, in.reduce, cells, g.data_ptr<feat_t>(),
             counts.defined() ? counts.data_ptr<int32_t>() : nullptr,
-            first.defined() ? first.data_ptr<int32_t>() : nullptr, grad_features.data_ptr<feat_t>());
+            first.defined() ? first.data_ptr<int32_t>() : nullptr,
+            grad_features.data_ptr<feat_t>());
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     });

@@ -20,14 +20,17 @@ __global__ void __launch_bounds__(kThreads)
                   const feat_t* __restrict__ result, int32_t* __restrict__ first) {
   using A = compute_t<feat_t>;
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= a.B * a.N) return;
+  if (i >= a.B * a.N)
+    return;
   const int64_t b = i / a.N, n = i - b * a.N;
   const int64_t v = point_voxel(a, b, n);
-  if (v < 0) return;
+  if (v < 0)
+    return;
   const feat_t* f = a.features + b * a.f_bstride + n * a.f_nstride;
   for (int64_t c = 0; c < a.C; ++c) {
     const int64_t e = (b * a.C + c) * cells + v;
-    if (A(f[c * a.f_cstride]) == A(result[e])) atomicMin(first + e, int32_t(n));
+    if (A(f[c * a.f_cstride]) == A(result[e]))
+      atomicMin(first + e, int32_t(n));
   }
 }
 
@@ -38,7 +41,8 @@ __global__ void __launch_bounds__(kThreads)
                        const int32_t* __restrict__ first, feat_t* __restrict__ grad_features) {
   using A = compute_t<feat_t>;
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= a.B * a.N) return;
+  if (i >= a.B * a.N)
+    return;
   const int64_t b = i / a.N, n = i - b * a.N;
   const int64_t v = point_voxel(a, b, n);
   feat_t* out = grad_features + i * a.C;
@@ -48,9 +52,12 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t e = (b * a.C + c) * cells + v;
       const A g = A(grad[e]);
       // voxel_point_grad's rule (voxel.h), written out: see there.
-      if (reduce == Reduce::Sum) x = g;
-      if (reduce == Reduce::Mean) x = g / A(counts[b * cells + v]);
-      if (reduce == Reduce::Max && first[e] == int32_t(n)) x = g;
+      if (reduce == Reduce::Sum)
+        x = g;
+      if (reduce == Reduce::Mean)
+        x = g / A(counts[b * cells + v]);
+      if (reduce == Reduce::Max && first[e] == int32_t(n))
+        x = g;
     }
     out[c] = feat_t(x);
   }

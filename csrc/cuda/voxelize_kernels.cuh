@@ -55,7 +55,8 @@ __device__ __forceinline__ void atomic_max(double* addr, double x) {
 template <typename point_t, typename feat_t>
 __device__ __forceinline__ int64_t thread_cell(const VoxelArgs<point_t, feat_t>& a, int64_t cells) {
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= a.B * a.N) return -1;
+  if (i >= a.B * a.N)
+    return -1;
   const int64_t b = i / a.N;
   const int64_t v = point_voxel(a, b, i - b * a.N);
   return v < 0 ? -1 : b * cells + v;
@@ -81,13 +82,15 @@ __global__ void __launch_bounds__(kThreads)
   // so a warp whose lanes never repeat their left neighbour's voxel (uniform
   // clouds) adds one per point; repeats further apart stay correct, unmerged.
   if (!__any_sync(0xffffffffu, repeats_left(cell))) {
-    if (cell >= 0) atomicAdd(counts + cell, 1);
+    if (cell >= 0)
+      atomicAdd(counts + cell, 1);
     return;
   }
   const auto key = static_cast<unsigned long long>(cell);
   const unsigned peers = __match_any_sync(0xffffffffu, key);
   const int leader = __ffs(peers) - 1;
-  if (cell >= 0 && int(threadIdx.x % 32) == leader) atomicAdd(counts + cell, __popc(peers));
+  if (cell >= 0 && int(threadIdx.x % 32) == leader)
+    atomicAdd(counts + cell, __popc(peers));
 }
 
 // occupancy, pass 1: one bit per voxel (words_per_cloud 32-bit words per
@@ -101,7 +104,8 @@ __global__ void __launch_bounds__(kThreads)
                           uint32_t* __restrict__ bits) {
   const int64_t cell = thread_cell(a, words_per_cloud * 32);
   const bool repeat = repeats_left(cell);
-  if (cell < 0 || repeat) return;
+  if (cell < 0 || repeat)
+    return;
   atomicOr(bits + (cell >> 5), 1u << (cell & 31));
 }
 
@@ -122,19 +126,23 @@ __global__ void __launch_bounds__(kThreads)
                             int64_t count_lane) {
   using A = compute_t<feat_t>;
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= a.B * a.N) return;
+  if (i >= a.B * a.N)
+    return;
   const int64_t b = i / a.N, n = i - b * a.N;
   const int64_t v = point_voxel(a, b, n);
-  if (v < 0) return;
+  if (v < 0)
+    return;
   const int32_t prev = atomicCAS(slot_of + b * cells + v, -1, int32_t(i));
   const int64_t slot = prev == -1 ? i : prev;
   const feat_t* f = a.features + b * a.f_bstride + n * a.f_nstride;
   A* dst = acc + slot * acc_stride;
   if (reduce == Reduce::Max) {
-    for (int64_t c = 0; c < a.C; ++c) atomic_max(dst + c, A(f[c * a.f_cstride]));
+    for (int64_t c = 0; c < a.C; ++c)
+      atomic_max(dst + c, A(f[c * a.f_cstride]));
     return;
   }
-  if (reduce == Reduce::Mean && count_lane < 0) atomicAdd(slot_count + slot, 1);
+  if (reduce == Reduce::Mean && count_lane < 0)
+    atomicAdd(slot_count + slot, 1);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (std::is_same<A, float>::value) {
     if (acc_stride % 4 == 0) {
@@ -150,8 +158,10 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 #endif
-  for (int64_t c = 0; c < a.C; ++c) atomicAdd(dst + c, A(f[c * a.f_cstride]));
-  if (count_lane >= 0) atomicAdd(dst + count_lane, A(1));
+  for (int64_t c = 0; c < a.C; ++c)
+    atomicAdd(dst + c, A(f[c * a.f_cstride]));
+  if (count_lane >= 0)
+    atomicAdd(dst + count_lane, A(1));
 }
 
 // Pass 2: the dense (B, C, X, Y, Z) result, written once; empty voxels are 0.
@@ -189,7 +199,8 @@ __device__ __forceinline__ void write_dense_group(const Run<int32_t, R>& slots,
     any |= slot >= 0;
     A scale_r = A(1);
     if (slot >= 0 && reduce == Reduce::Mean) {
-      scale_r = A(1) / (count_lane >= 0 ? acc[slot * acc_stride + count_lane] : A(slot_count[slot]));
+      scale_r =
+          A(1) / (count_lane >= 0 ? acc[slot * acc_stride + count_lane] : A(slot_count[slot]));
     }
     scale[r] = scale_r;
   }
@@ -209,7 +220,8 @@ __device__ __forceinline__ void write_dense_group(const Run<int32_t, R>& slots,
         }
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          if (c0 + k >= C) break;
+          if (c0 + k >= C)
+            break;
           Run<feat_t, R> y;
 #pragma unroll
           for (int r = 0; r < R; ++r) {
@@ -235,10 +247,10 @@ __device__ __forceinline__ void write_dense_group(const Run<int32_t, R>& slots,
 
 template <typename feat_t, int R>
 __global__ void __launch_bounds__(kThreads)
-    write_dense_kernel(const int32_t* __restrict__ slot_of, const compute_t<feat_t>* __restrict__ acc,
-                       int64_t acc_stride, const int32_t* __restrict__ slot_count, int64_t count_lane,
-                       Reduce reduce, int64_t C, int64_t cells, int64_t total_cells,
-                       feat_t* __restrict__ out) {
+    write_dense_kernel(const int32_t* __restrict__ slot_of,
+                       const compute_t<feat_t>* __restrict__ acc, int64_t acc_stride,
+                       const int32_t* __restrict__ slot_count, int64_t count_lane, Reduce reduce,
+                       int64_t C, int64_t cells, int64_t total_cells, feat_t* __restrict__ out) {
   constexpr int U = kDenseGroups;
   const int64_t g0 = int64_t(blockIdx.x) * kThreads * U + threadIdx.x;
   Run<int32_t, R> slots[U];
@@ -249,7 +261,8 @@ __global__ void __launch_bounds__(kThreads)
       slots[u] = *reinterpret_cast<const Run<int32_t, R>*>(slot_of + e);
     } else {
 #pragma unroll
-      for (int r = 0; r < R; ++r) slots[u].x[r] = -1;
+      for (int r = 0; r < R; ++r)
+        slots[u].x[r] = -1;
     }
   }
 #pragma unroll
@@ -277,20 +290,24 @@ __global__ void __launch_bounds__(kThreads)
                                  const int64_t* __restrict__ lengths, point_t* __restrict__ out) {
   const int lane = threadIdx.x % 32;
   const int64_t w0 = int64_t(blockIdx.x) * kThreads + threadIdx.x - lane;  // the warp's first word
-  if (w0 >= words) return;  // uniform across the warp
+  if (w0 >= words)
+    return;  // uniform across the warp
   const uint32_t word = w0 + lane < words ? bits[w0 + lane] : 0u;
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     const int owner = 4 * k + lane / 8;
     const uint32_t nibble = __shfl_sync(0xffffffffu, word, owner) >> (4 * (lane % 8));
     const int64_t e = (w0 + owner) * 32 + 4 * (lane % 8);
-    if (w0 + owner >= words) continue;
+    if (w0 + owner >= words)
+      continue;
     Run<point_t, 4> y;
 #pragma unroll
-    for (int r = 0; r < 4; ++r) y.x[r] = point_t((nibble >> r) & 1u);
+    for (int r = 0; r < 4; ++r)
+      y.x[r] = point_t((nibble >> r) & 1u);
     if (lengths != nullptr && lengths[e / cells] < 0) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) y.x[r] = std::numeric_limits<point_t>::quiet_NaN();
+      for (int r = 0; r < 4; ++r)
+        y.x[r] = std::numeric_limits<point_t>::quiet_NaN();
     }
     *reinterpret_cast<Run<point_t, 4>*>(out + e) = y;
   }
@@ -306,14 +323,16 @@ __global__ void __launch_bounds__(kThreads)
                            int64_t cells, int64_t total_cells, const int64_t* __restrict__ lengths,
                            point_t* __restrict__ out) {
   const int64_t e = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * R;
-  if (e >= total_cells) return;
+  if (e >= total_cells)
+    return;
   const int64_t b = e / cells, v = e - b * cells;
   const bool poison = lengths != nullptr && lengths[b] < 0;
   Run<point_t, R> y;
   if (R == 4) {
     const uint32_t word = bits[b * words_per_cloud + (v >> 5)] >> (v & 31);
 #pragma unroll
-    for (int r = 0; r < R; ++r) y.x[r] = point_t((word >> r) & 1u);
+    for (int r = 0; r < R; ++r)
+      y.x[r] = point_t((word >> r) & 1u);
   } else {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -323,7 +342,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (poison) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) y.x[r] = std::numeric_limits<point_t>::quiet_NaN();
+    for (int r = 0; r < R; ++r)
+      y.x[r] = std::numeric_limits<point_t>::quiet_NaN();
   }
   *reinterpret_cast<Run<point_t, R>*>(out + e) = y;
 }
@@ -335,8 +355,10 @@ __global__ void __launch_bounds__(kThreads)
     poison_negative_lengths_kernel(const int64_t* __restrict__ lengths, int64_t per_cloud,
                                    int64_t total, out_t* __restrict__ out, out_t poison) {
   const int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (e >= total) return;
-  if (lengths[e / per_cloud] < 0) out[e] = poison;
+  if (e >= total)
+    return;
+  if (lengths[e / per_cloud] < 0)
+    out[e] = poison;
 }
 
 }  // namespace

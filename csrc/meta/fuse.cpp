@@ -12,25 +12,24 @@ namespace {
 constexpr const char* kOp = "robocache.fuse";
 
 InterpSizes checked_sizes(at::TensorList values, at::TensorList times,
-                               const at::Tensor& query_times,
-                               const std::optional<at::Tensor>& lengths, c10::string_view modes) {
+                          const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
+                          c10::string_view modes) {
   return check_fuse_inputs(values, times, query_times, lengths, modes).sizes;
 }
 
 at::Tensor fuse_meta(at::TensorList values, at::TensorList times, const at::Tensor& query_times,
-                     const std::optional<at::Tensor>& lengths,
-                     c10::string_view modes) {
+                     const std::optional<at::Tensor>& lengths, c10::string_view modes) {
   const auto n = checked_sizes(values, times, query_times, lengths, modes);
   return at::empty_symint({n.B, n.T, n.D_total}, values[0].options());
 }
 
 std::tuple<std::vector<at::Tensor>, at::Tensor> fuse_backward_meta(
     const at::Tensor& grad_out, at::TensorList values, at::TensorList times,
-    const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
-    c10::string_view modes, const c10::List<bool>& values_grad, bool query_grad) {
+    const at::Tensor& query_times, const std::optional<at::Tensor>& lengths, c10::string_view modes,
+    const c10::List<bool>& values_grad, bool query_grad) {
   const auto n = checked_sizes(values, times, query_times, lengths, modes);
   ROBOCACHE_CHECK_VALUE(values_grad.size() == values.size(), kOp, ": values_grad has ",
-                    values_grad.size(), " entries for ", values.size(), " streams");
+                        values_grad.size(), " entries for ", values.size(), " streams");
   check_grad_out(grad_out, n.B, n.T, n.D_total, kOp);
   check_query_grad(query_times, query_grad, kOp);
   std::vector<at::Tensor> gv;

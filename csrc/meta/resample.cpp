@@ -24,8 +24,8 @@ at::Tensor resample_meta(const at::Tensor& values, const at::Tensor& times,
 
 std::tuple<at::Tensor, at::Tensor> resample_backward_meta(
     const at::Tensor& grad_out, const at::Tensor& values, const at::Tensor& times,
-    const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
-    c10::string_view mode, bool values_grad, bool query_grad) {
+    const at::Tensor& query_times, const std::optional<at::Tensor>& lengths, c10::string_view mode,
+    bool values_grad, bool query_grad) {
   parse_mode(mode, kOp);
   const auto n = check_resample_inputs(values, times, query_times, lengths, kOp);
   check_grad_out(grad_out, n.B, n.T, n.D, kOp);

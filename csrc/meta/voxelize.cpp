@@ -16,8 +16,8 @@ at::Tensor voxelize_meta(const at::Tensor& points, const std::optional<at::Tenso
                          at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
                          c10::string_view reduce_str) {
   const Reduce reduce = parse_reduce(reduce_str, kOp);
-  const auto n = check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
-                                       reduce, kOp);
+  const auto n =
+      check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce, kOp);
   const auto shape = voxelize_result_shape(n, grid_size, reduce);
   switch (reduce) {
     case Reduce::Occupancy:
@@ -30,13 +30,14 @@ at::Tensor voxelize_meta(const at::Tensor& points, const std::optional<at::Tenso
 }
 
 at::Tensor voxelize_backward_meta(const at::Tensor& grad, const at::Tensor& points,
-                                  const at::Tensor& features, const std::optional<at::Tensor>& lengths,
+                                  const at::Tensor& features,
+                                  const std::optional<at::Tensor>& lengths,
                                   c10::SymIntArrayRef grid_size, at::ArrayRef<double> voxel_size,
                                   at::ArrayRef<double> origin, c10::string_view reduce_str,
                                   const at::Tensor& result) {
   const Reduce reduce = parse_reduce(reduce_str, kOp);
-  const auto n = check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
-                                       reduce, kOp);
+  const auto n =
+      check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce, kOp);
   check_voxelize_grad(grad, result, n, grid_size, reduce, kOp);
   return at::empty_symint(features.sym_sizes(), features.options());
 }

@@ -42,14 +42,14 @@ struct InterpSizes {
 // one values dtype, one times dtype, one device, one batch size. Messages
 // name the stream index.
 InterpSizes check_interp_inputs(at::TensorList values, at::TensorList times,
-                                           const at::Tensor& query_times,
-                                           const std::vector<std::optional<at::Tensor>>& lengths,
-                                           const std::string& op);
+                                const at::Tensor& query_times,
+                                const std::vector<std::optional<at::Tensor>>& lengths,
+                                const std::string& op);
 
 // lengths as given to fuse: None, or (K, B) int64 with one row per stream;
 // returns each stream's (B,) row (validated with that stream's inputs).
-std::vector<std::optional<at::Tensor>> lengths_per_stream(
-    const std::optional<at::Tensor>& lengths, size_t K, const std::string& op);
+std::vector<std::optional<at::Tensor>> lengths_per_stream(const std::optional<at::Tensor>& lengths,
+                                                          size_t K, const std::string& op);
 
 // modes as given to fuse: one mode for every stream, or K comma-separated modes.
 std::vector<Mode> modes_per_stream(c10::string_view modes, size_t K, const std::string& op);
@@ -64,8 +64,8 @@ void check_query_grad(const at::Tensor& query_times, bool query_grad, const std:
 Reduce parse_reduce(c10::string_view reduce, const char* op);
 
 struct VoxelizeSizes {
-  bool batched;           // points were (B, N, 3); else (N, 3), treated as B = 1
-  c10::SymInt B, N, C;    // C = 0 without features
+  bool batched;         // points were (B, N, 3); else (N, 3), treated as B = 1
+  c10::SymInt B, N, C;  // C = 0 without features
 };
 
 // Validate voxelize's arguments; messages name the argument and what it got.
@@ -90,9 +90,9 @@ void check_lengths_in_range(const at::Tensor& lengths, int64_t lo, int64_t hi, c
 // each operator. `host_lengths`: also check the lengths' values (CPU only;
 // CUDA never reads device data on the host).
 InterpInputs resample_inputs(const at::Tensor& values, const at::Tensor& times,
-                                  const at::Tensor& query_times,
-                                  const std::optional<at::Tensor>& lengths,
-                                  c10::string_view mode, bool host_lengths);
+                             const at::Tensor& query_times,
+                             const std::optional<at::Tensor>& lengths, c10::string_view mode,
+                             bool host_lengths);
 // fuse's whole symbolic check, shared by CPU, CUDA and Meta: its sizes, and
 // each stream's lengths row and mode.
 struct FuseChecked {
@@ -103,14 +103,13 @@ struct FuseChecked {
 FuseChecked check_fuse_inputs(at::TensorList values, at::TensorList times,
                               const at::Tensor& query_times,
                               const std::optional<at::Tensor>& lengths, c10::string_view modes);
-InterpInputs fuse_inputs(at::TensorList values, at::TensorList times,
-                              const at::Tensor& query_times,
-                              const std::optional<at::Tensor>& lengths, c10::string_view modes,
-                              bool host_lengths);
+InterpInputs fuse_inputs(at::TensorList values, at::TensorList times, const at::Tensor& query_times,
+                         const std::optional<at::Tensor>& lengths, c10::string_view modes,
+                         bool host_lengths);
 // A resample/fuse backward's grad_out (the forward output's shape), its
 // values_grad flags (one per stream) and query_grad.
-void check_backward_args(const InterpInputs& in, const at::Tensor& grad_out,
-                         size_t num_values_grad, bool query_grad, const char* op);
+void check_backward_args(const InterpInputs& in, const at::Tensor& grad_out, size_t num_values_grad,
+                         bool query_grad, const char* op);
 
 VoxelInputs voxelize_inputs(const at::Tensor& points, const std::optional<at::Tensor>& features,
                             const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
@@ -118,9 +117,8 @@ VoxelInputs voxelize_inputs(const at::Tensor& points, const std::optional<at::Te
                             c10::string_view reduce, bool host_lengths);
 // voxelize's backward, on symbolic sizes (CPU, CUDA and Meta): a reduce with a
 // gradient, and grad and result shaped like voxelize's result.
-void check_voxelize_grad(const at::Tensor& grad, const at::Tensor& result,
-                         const VoxelizeSizes& n, c10::SymIntArrayRef grid_size, Reduce reduce,
-                         const std::string& op);
+void check_voxelize_grad(const at::Tensor& grad, const at::Tensor& result, const VoxelizeSizes& n,
+                         c10::SymIntArrayRef grid_size, Reduce reduce, const std::string& op);
 // The same, on a backend's validated inputs.
 void check_voxelize_backward_args(const VoxelInputs& in, const at::Tensor& grad,
                                   const at::Tensor& result, c10::string_view reduce);

@@ -29,11 +29,13 @@ constexpr int64_t kHugePageMinBytes = int64_t(8) << 20;
 // failure (no THP, another OS) leaves ordinary pages and changes no result.
 inline void advise_huge_pages(void* ptr, int64_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (bytes < kHugePageMinBytes) return;
+  if (bytes < kHugePageMinBytes)
+    return;
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto begin = (reinterpret_cast<uintptr_t>(ptr) + page - 1) / page * page;
   const auto end = (reinterpret_cast<uintptr_t>(ptr) + static_cast<uintptr_t>(bytes)) / page * page;
-  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  if (end > begin)
+    (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 #else
   (void)ptr;
   (void)bytes;

@@ -6,11 +6,10 @@
 #include <type_traits>
 
 // Runs __VA_ARGS__ (a lambda) with `scalar_t` bound to the times' C++ type.
-#define ROBOCACHE_DISPATCH_TIME_TYPES(TYPE, NAME, ...)     \
-  AT_DISPATCH_SWITCH(TYPE, NAME,                           \
-                     AT_DISPATCH_CASE(at::kFloat, __VA_ARGS__)  \
-                     AT_DISPATCH_CASE(at::kDouble, __VA_ARGS__) \
-                     AT_DISPATCH_CASE(at::kLong, __VA_ARGS__))
+#define ROBOCACHE_DISPATCH_TIME_TYPES(TYPE, NAME, ...)                           \
+  AT_DISPATCH_SWITCH(TYPE, NAME,                                                 \
+                     AT_DISPATCH_CASE(at::kFloat, __VA_ARGS__) AT_DISPATCH_CASE( \
+                         at::kDouble, __VA_ARGS__) AT_DISPATCH_CASE(at::kLong, __VA_ARGS__))
 
 // Runs __VA_ARGS__ with `scalar_t` bound to the values' C++ type.
 #define ROBOCACHE_DISPATCH_VALUE_TYPES(TYPE, NAME, ...) \

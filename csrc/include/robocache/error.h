@@ -25,10 +25,18 @@
 namespace robocache {
 namespace detail {
 
-inline void append(std::string& s, const char* x) { s += x; }
-inline void append(std::string& s, const std::string& x) { s += x; }
-inline void append(std::string& s, c10::string_view x) { s.append(x.data(), x.size()); }
-inline void append(std::string& s, char x) { s += x; }
+inline void append(std::string& s, const char* x) {
+  s += x;
+}
+inline void append(std::string& s, const std::string& x) {
+  s += x;
+}
+inline void append(std::string& s, c10::string_view x) {
+  s.append(x.data(), x.size());
+}
+inline void append(std::string& s, char x) {
+  s += x;
+}
 template <typename T, std::enable_if_t<std::is_integral<T>::value, int> = 0>
 inline void append(std::string& s, T x) {
   s += std::to_string(x);
@@ -45,13 +53,18 @@ inline void append(std::string& s, const c10::SymInt& x) {
     s += x.toSymNode()->str();
   }
 }
-inline void append(std::string& s, at::ScalarType x) { s += c10::toString(x); }
-inline void append(std::string& s, const c10::Device& x) { s += x.str(); }
+inline void append(std::string& s, at::ScalarType x) {
+  s += c10::toString(x);
+}
+inline void append(std::string& s, const c10::Device& x) {
+  s += x.str();
+}
 template <typename T>
 inline void append(std::string& s, c10::ArrayRef<T> xs) {
   s += '[';
   for (size_t i = 0; i < xs.size(); ++i) {
-    if (i) s += ", ";
+    if (i)
+      s += ", ";
     append(s, xs[i]);
   }
   s += ']';
@@ -72,11 +85,11 @@ std::string message(const Args&... args) {
 
 }  // namespace robocache
 
-#define ROBOCACHE_CHECK_WITH(TORCH_MACRO, cond, ...)                       \
-  do {                                                                     \
-    if (C10_UNLIKELY(!(cond))) {                                           \
-      TORCH_MACRO(false, ::robocache::message(__VA_ARGS__));               \
-    }                                                                      \
+#define ROBOCACHE_CHECK_WITH(TORCH_MACRO, cond, ...)         \
+  do {                                                       \
+    if (C10_UNLIKELY(!(cond))) {                             \
+      TORCH_MACRO(false, ::robocache::message(__VA_ARGS__)); \
+    }                                                        \
   } while (0)
 
 // ValueError, TypeError and RuntimeError in Python.

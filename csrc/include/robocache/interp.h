@@ -59,8 +59,7 @@ struct Location {
 // side="right"). Repeated times resolve to the last of them, which makes the
 // interpolant right-continuous.
 template <typename stamp_t>
-ROBOCACHE_HD int64_t upper_bound(const stamp_t* times, int64_t stride, int64_t n,
-                                 stamp_t q) {
+ROBOCACHE_HD int64_t upper_bound(const stamp_t* times, int64_t stride, int64_t n, stamp_t q) {
   int64_t lo = 0;
   int64_t hi = n;
   while (lo < hi) {
@@ -127,8 +126,8 @@ ROBOCACHE_HD int64_t clamp_length(int64_t length, int64_t S) {
 // Where query q lands, given k = upper_bound(times, stride, L, q) for a
 // non-NaN q and L >= 1 (locate below, or callers that search their own way).
 template <typename stamp_t>
-ROBOCACHE_HD Location<weight_t<stamp_t>> locate_at(const stamp_t* times, int64_t stride,
-                                                  int64_t L, stamp_t q, Mode mode, int64_t k) {
+ROBOCACHE_HD Location<weight_t<stamp_t>> locate_at(const stamp_t* times, int64_t stride, int64_t L,
+                                                   stamp_t q, Mode mode, int64_t k) {
   using W = weight_t<stamp_t>;
   Location<W> loc{0, 0, W(0), W(0), false};
   if (k == 0) {
@@ -163,9 +162,8 @@ ROBOCACHE_HD Location<weight_t<stamp_t>> locate_at(const stamp_t* times, int64_t
 // `hint` (in/out: the search result of a nearby query of the same row, or -1
 // for none) the search gallops from it and leaves its own result there.
 template <typename stamp_t>
-ROBOCACHE_HD Location<weight_t<stamp_t>> locate(const stamp_t* times, int64_t stride,
-                                               int64_t L, stamp_t q, Mode mode,
-                                               int64_t* hint = nullptr) {
+ROBOCACHE_HD Location<weight_t<stamp_t>> locate(const stamp_t* times, int64_t stride, int64_t L,
+                                                stamp_t q, Mode mode, int64_t* hint = nullptr) {
   using W = weight_t<stamp_t>;
   Location<W> loc{0, 0, W(0), W(0), false};
   if (L < 1 || is_nan(q)) {
@@ -174,7 +172,8 @@ ROBOCACHE_HD Location<weight_t<stamp_t>> locate(const stamp_t* times, int64_t st
   }
   const int64_t k = hint && *hint >= 0 ? upper_bound_from(times, stride, L, q, *hint)
                                        : upper_bound(times, stride, L, q);
-  if (hint) *hint = k;
+  if (hint)
+    *hint = k;
   return locate_at(times, stride, L, q, mode, k);
 }
 
@@ -190,10 +189,13 @@ ROBOCACHE_HD bool is_finite(C x) {
 //    NaN r is retried from v1's side; equal samples give that sample.
 template <typename C>
 ROBOCACHE_HD C blend_non_finite(C v0, C v1, C w, C d, C r) {
-  if (is_finite(v0) && is_finite(v1)) return (C(1) - w) * v0 + w * v1;
-  if (!is_nan(r)) return r;
+  if (is_finite(v0) && is_finite(v1))
+    return (C(1) - w) * v0 + w * v1;
+  if (!is_nan(r))
+    return r;
   const C from_right = v1 + (w - C(1)) * d;
-  if (!is_nan(from_right)) return from_right;
+  if (!is_nan(from_right))
+    return from_right;
   return v0 == v1 ? v0 : from_right;
 }
 
@@ -202,7 +204,8 @@ ROBOCACHE_HD C blend_non_finite(C v0, C v1, C w, C d, C r) {
 // neighbour is not finite. A finite result costs one extra test.
 template <typename C>
 ROBOCACHE_HD C blend(C v0, C v1, C w) {
-  if (w == C(0)) return v0;
+  if (w == C(0))
+    return v0;
   const C d = v1 - v0;
   const C r = v0 + w * d;
   return is_finite(r) ? r : blend_non_finite(v0, v1, w, d, r);

@@ -47,7 +47,8 @@ struct InterpGradBuffers {
   template <typename C>
   std::vector<C*> acc_ptrs() const {
     std::vector<C*> ptrs;
-    for (const auto& a : acc) ptrs.push_back(a.defined() ? a.data_ptr<C>() : nullptr);
+    for (const auto& a : acc)
+      ptrs.push_back(a.defined() ? a.data_ptr<C>() : nullptr);
     return ptrs;
   }
 };
@@ -78,8 +79,10 @@ inline std::tuple<std::vector<at::Tensor>, at::Tensor> interp_grad_results(
   for (const auto& a : buf.acc) {
     grad_values.push_back(a.defined() ? a.to(v0.scalar_type()) : at::empty({0}, v0.options()));
   }
-  if (!grad_query.defined()) return {grad_values, at::empty({0}, in.query.options())};
-  if (in.query.dim() == 1) grad_query = grad_query.sum(0);
+  if (!grad_query.defined())
+    return {grad_values, at::empty({0}, in.query.options())};
+  if (in.query.dim() == 1)
+    grad_query = grad_query.sum(0);
   return {grad_values, grad_query.to(in.query.scalar_type())};
 }
 

@@ -37,8 +37,8 @@ ROBOCACHE_HD Location<weight_t<stamp_t>> locate_query(const StreamArgs<value_t, 
                                                       const QueryArgs<stamp_t>& q, int64_t b,
                                                       int64_t t, int64_t* hint = nullptr) {
   const int64_t L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
-  return locate(s.times + b * s.t_bstride, s.t_stride, L,
-                q.query[b * q.q_bstride + t * q.q_stride], s.mode, hint);
+  return locate(s.times + b * s.t_bstride, s.t_stride, L, q.query[b * q.q_bstride + t * q.q_stride],
+                s.mode, hint);
 }
 
 // values must have unit stride along D (see unit_stride_d) and lengths, if
@@ -95,9 +95,9 @@ inline at::Tensor unit_stride_d(const at::Tensor& values) {
 // Launch-ready inputs for one or more streams (no data is copied unless a
 // tensor's layout demands it).
 inline InterpInputs prepare_interp_inputs(at::TensorList values, at::TensorList times,
-                                        const at::Tensor& query,
-                                        const std::vector<std::optional<at::Tensor>>& lengths,
-                                        std::vector<Mode> modes) {
+                                          const at::Tensor& query,
+                                          const std::vector<std::optional<at::Tensor>>& lengths,
+                                          std::vector<Mode> modes) {
   InterpInputs in;
   for (size_t k = 0; k < values.size(); ++k) {
     in.values.push_back(unit_stride_d(values[k]));

@@ -79,9 +79,12 @@ struct VoxelInputs {
   // for the reduces that carry features only.
   std::vector<int64_t> result_shape() const {
     std::vector<int64_t> shape;
-    if (batched) shape.push_back(B());
-    if (reduce_needs_features(reduce)) shape.push_back(C());
-    for (int k = 0; k < 3; ++k) shape.push_back(grid[k]);
+    if (batched)
+      shape.push_back(B());
+    if (reduce_needs_features(reduce))
+      shape.push_back(C());
+    for (int k = 0; k < 3; ++k)
+      shape.push_back(grid[k]);
     return shape;
   }
 };
@@ -94,8 +97,10 @@ inline VoxelInputs prepare_voxel_inputs(const at::Tensor& points,
   VoxelInputs in;
   in.batched = points.dim() == 3;
   in.points = in.batched ? points : points.unsqueeze(0);
-  if (features.has_value()) in.features = in.batched ? *features : features->unsqueeze(0);
-  if (lengths.has_value()) in.lengths = lengths->contiguous();
+  if (features.has_value())
+    in.features = in.batched ? *features : features->unsqueeze(0);
+  if (lengths.has_value())
+    in.lengths = lengths->contiguous();
   for (int a = 0; a < 3; ++a) {
     in.grid[a] = grid_size[a];
     in.voxel[a] = voxel_size.size() == 1 ? voxel_size[0] : voxel_size[a];
@@ -133,7 +138,8 @@ VoxelArgs<point_t, feat_t> voxel_args(const VoxelInputs& in) {
 // Voxel of point n of cloud b, or -1 (dropped, or past the cloud's length).
 template <typename point_t, typename feat_t>
 ROBOCACHE_HD int64_t point_voxel(const VoxelArgs<point_t, feat_t>& a, int64_t b, int64_t n) {
-  if (a.lengths != nullptr && n >= a.lengths[b]) return -1;
+  if (a.lengths != nullptr && n >= a.lengths[b])
+    return -1;
   const point_t* p = a.points + b * a.p_bstride + n * a.p_nstride;
   return voxel_index(a.grid, p[0], p[a.p_cstride], p[2 * a.p_cstride]);
 }
@@ -150,9 +156,12 @@ template <typename A, typename Index>
 ROBOCACHE_HD A voxel_point_grad(Reduce reduce, A g, const int32_t* counts, int64_t cell,
                                 const int32_t* first, int64_t e, Index point) {
   A x = A(0);
-  if (reduce == Reduce::Sum) x = g;
-  if (reduce == Reduce::Mean) x = g / A(counts[cell]);
-  if (reduce == Reduce::Max && first[e] == point) x = g;
+  if (reduce == Reduce::Sum)
+    x = g;
+  if (reduce == Reduce::Mean)
+    x = g / A(counts[cell]);
+  if (reduce == Reduce::Max && first[e] == point)
+    x = g;
   return x;
 }
 

@@ -253,6 +253,29 @@ void check_voxelize_sizes(const VoxelizeSizes& n, c10::SymIntArrayRef grid_size,
                         *points, " (split the cloud)");
 }
 
+// voxel_size_tensor / origin_tensor: floating, on the points' device, (3,)
+// (a voxel size also (1,)) or one row per cloud, (B, 3). Their values live on
+// the device and are not read here (no host sync): a cloud whose voxel size
+// is not positive and finite drops its points.
+void check_grid_tensor(const std::optional<at::Tensor>& tensor, const char* name, bool may_be_one,
+                       const at::Tensor& points, const VoxelizeSizes& n, const std::string& op) {
+  if (!tensor.has_value())
+    return;
+  const at::Tensor& t = *tensor;
+  ROBOCACHE_CHECK_TYPE(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, op, ": ",
+                       name, " must be a float32 or float64 tensor; got ", t.scalar_type());
+  ROBOCACHE_CHECK_VALUE(t.device() == points.device(), op, ": ", name,
+                        " must be on the points' device (", points.device(), "); got ", t.device());
+  const bool flat = t.dim() == 1 && (t.sym_size(0) == 3 || (may_be_one && t.sym_size(0) == 1));
+  ROBOCACHE_CHECK_VALUE(flat || (t.dim() == 2 && t.sym_size(1) == 3), op, ": ", name,
+                        " must be (3,)", may_be_one ? ", (1,)" : "", " or (B, 3) = (", n.B,
+                        ", 3); got shape ", shape_str(t));
+  if (t.dim() == 2) {
+    ROBOCACHE_SYM_CHECK(t.sym_size(0).sym_eq(n.B), op, ": ", name, " has ", t.sym_size(0),
+                        " rows but there are ", n.B, " clouds");
+  }
+}
+
 }  // namespace
 
 VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
@@ -260,7 +283,9 @@ VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
                                     const std::optional<at::Tensor>& lengths,
                                     c10::SymIntArrayRef grid_size, at::ArrayRef<double> voxel_size,
                                     at::ArrayRef<double> origin, Reduce reduce,
-                                    const std::string& op) {
+                                    const std::string& op,
+                                    const std::optional<at::Tensor>& voxel_size_tensor,
+                                    const std::optional<at::Tensor>& origin_tensor) {
   ROBOCACHE_CHECK_VALUE((points.dim() == 2 || points.dim() == 3) && points.sym_size(-1) == 3, op,
                         ": points must be (B, N, 3) or (N, 3); got shape ", shape_str(points));
   ROBOCACHE_CHECK_TYPE(points.scalar_type() == at::kFloat || points.scalar_type() == at::kDouble,
@@ -336,6 +361,8 @@ VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
                           ": lengths must be on the same device as points; got points on ",
                           points.device(), " and lengths on ", len.device());
   }
+  check_grid_tensor(voxel_size_tensor, "voxel_size", true, points, n, op);
+  check_grid_tensor(origin_tensor, "origin", false, points, n, op);
   check_voxelize_sizes(n, grid_size, reduce, op);
   return n;
 }
@@ -415,16 +442,19 @@ void check_backward_args(const InterpInputs& in, const at::Tensor& grad_out, siz
 VoxelInputs voxelize_inputs(const at::Tensor& points, const std::optional<at::Tensor>& features,
                             const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
                             at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
-                            c10::string_view reduce_str, bool host_lengths) {
+                            c10::string_view reduce_str,
+                            const std::optional<at::Tensor>& voxel_size_tensor,
+                            const std::optional<at::Tensor>& origin_tensor, bool host_lengths) {
   constexpr const char* op = "robocache.voxelize";
   const Reduce reduce = parse_reduce(reduce_str, op);
   const auto n =
       check_voxelize_inputs(points, features, lengths, c10::fromIntArrayRefSlow(grid_size),
-                            voxel_size, origin, reduce, op);
+                            voxel_size, origin, reduce, op, voxel_size_tensor, origin_tensor);
   if (host_lengths && lengths.has_value()) {
     check_lengths_in_range(*lengths, 0, n.N.expect_int(), "N", op);
   }
-  return prepare_voxel_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce);
+  return prepare_voxel_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce,
+                              voxel_size_tensor, origin_tensor);
 }
 
 void check_voxelize_grad(const at::Tensor& grad, const at::Tensor& result, const VoxelizeSizes& n,

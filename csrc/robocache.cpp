@@ -47,15 +47,20 @@ TORCH_LIBRARY(robocache, m) {
       "-> (Tensor[], Tensor)",
       {at::Tag::pt2_compliant_tag});
   // Point clouds into dense voxel grids. reduce: occupancy | count | sum | mean | max.
+  // voxel_size_tensor and origin_tensor, when given, replace voxel_size and
+  // origin: (3,) (voxel_size also (1,)) or (B, 3) per cloud, on the points'
+  // device, read by the kernels (graph inputs: a moving grid never
+  // recompiles a compiled policy).
   m.def(
       "voxelize(Tensor points, Tensor? features, Tensor? lengths, SymInt[] grid_size, "
-      "float[] voxel_size, float[] origin, str reduce=\"occupancy\") -> Tensor",
+      "float[] voxel_size, float[] origin, str reduce=\"occupancy\", "
+      "Tensor? voxel_size_tensor=None, Tensor? origin_tensor=None) -> Tensor",
       {at::Tag::pt2_compliant_tag});
   // Gradient of features for sum, mean and max; `result` is voxelize's output
   // (read for max, whose gradient goes to the lowest-index point at the max).
   m.def(
       "_voxelize_backward(Tensor grad, Tensor points, Tensor features, Tensor? lengths, "
-      "SymInt[] grid_size, float[] voxel_size, float[] origin, str reduce, Tensor result) "
-      "-> Tensor",
+      "SymInt[] grid_size, float[] voxel_size, float[] origin, str reduce, Tensor result, "
+      "Tensor? voxel_size_tensor=None, Tensor? origin_tensor=None) -> Tensor",
       {at::Tag::pt2_compliant_tag});
 }

@@ -497,53 +497,90 @@ class _Voxelize(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(points, features, lengths, grid_size, voxel_size, origin, reduce):
+    def forward(
+        points, features, lengths, grid_size, voxel_size, origin, reduce, voxel_t, origin_t
+    ):
         return _below_autograd(
-            _OPS.voxelize, points, features, lengths, grid_size, voxel_size, origin, reduce
+            _OPS.voxelize,
+            points,
+            features,
+            lengths,
+            grid_size,
+            voxel_size,
+            origin,
+            reduce,
+            voxel_t,
+            origin_t,
         )
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        points, features, lengths, grid_size, voxel_size, origin, reduce = inputs
+        points, features, lengths, grid_size, voxel_size, origin, reduce, voxel_t, origin_t = inputs
         ctx.args = (grid_size, voxel_size, origin, reduce)
         result = output if reduce == "max" else None
-        ctx.save_for_backward(points, features, lengths, result)
-        ctx.save_for_forward(points, features, lengths)
+        ctx.save_for_backward(points, features, lengths, result, voxel_t, origin_t)
+        ctx.save_for_forward(points, features, lengths, voxel_t, origin_t)
 
     @staticmethod
     def backward(ctx, grad):
-        points, features, lengths, result = ctx.saved_tensors
+        points, features, lengths, result, voxel_t, origin_t = ctx.saved_tensors
         grid_size, voxel_size, origin, reduce = ctx.args
         grad_features = None
         if ctx.needs_input_grad[1]:
             if result is None:
                 result = grad  # only max reads it; this keeps the schema's shape check simple
             grad_features = _OPS._voxelize_backward(
-                grad, points, features, lengths, grid_size, voxel_size, origin, reduce, result
+                grad,
+                points,
+                features,
+                lengths,
+                grid_size,
+                voxel_size,
+                origin,
+                reduce,
+                result,
+                voxel_t,
+                origin_t,
             )
-        # points: the result is piecewise constant in the points, so their
-        # gradient is zero wherever it exists.
-        return None, grad_features, None, None, None, None, None
+        # points, voxel sizes and origins: the result is piecewise constant in
+        # them, so their gradient is zero wherever it exists.
+        return None, grad_features, None, None, None, None, None, None, None
 
     @staticmethod
     def jvp(ctx, points_t, features_t, *rest):
-        points, features, lengths = ctx.saved_tensors
+        points, features, lengths, voxel_t, origin_t = ctx.saved_tensors
         grid_size, voxel_size, origin, reduce = ctx.args
         if features_t is None:
+            features_t = torch.zeros_like(features) if features is not None else None
+        if features_t is None:  # occupancy, count: no float result to carry a tangent
             return None
         if reduce == "max":
             raise RuntimeError(
                 "robocache.voxelize: forward-mode AD (torch.func.jvp, jacfwd) is "
                 "not supported for reduce='max'; use reverse mode (jacrev)"
             )
-        return _OPS.voxelize(points, features_t, lengths, grid_size, voxel_size, origin, reduce)
+        return _OPS.voxelize(
+            points, features_t, lengths, grid_size, voxel_size, origin, reduce, voxel_t, origin_t
+        )
 
 
 class _VoxelizeBackward(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(grad, points, features, lengths, grid_size, voxel_size, origin, reduce, result):
+    def forward(
+        grad,
+        points,
+        features,
+        lengths,
+        grid_size,
+        voxel_size,
+        origin,
+        reduce,
+        result,
+        voxel_t,
+        origin_t,
+    ):
         return _below_autograd(
             _OPS._voxelize_backward,
             grad,
@@ -555,17 +592,19 @@ class _VoxelizeBackward(torch.autograd.Function):
             origin,
             reduce,
             result,
+            voxel_t,
+            origin_t,
         )
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        grad, points, features, lengths, grid_size, voxel_size, origin, reduce, result = inputs
+        grad, points, features, lengths, grid_size, voxel_size, origin, reduce = inputs[:8]
         ctx.args = (grid_size, voxel_size, origin, reduce)
-        ctx.save_for_backward(points, lengths)
+        ctx.save_for_backward(points, lengths, inputs[9], inputs[10])
 
     @staticmethod
     def backward(ctx, up):
-        points, lengths = ctx.saved_tensors
+        points, lengths, voxel_t, origin_t = ctx.saved_tensors
         grid_size, voxel_size, origin, reduce = ctx.args
         if reduce == "max":
             raise RuntimeError(
@@ -578,14 +617,62 @@ class _VoxelizeBackward(torch.autograd.Function):
         # the features and results. Its adjoint scatters back: voxelize itself.
         d_grad = None
         if ctx.needs_input_grad[0]:
-            d_grad = _OPS.voxelize(points, up, lengths, grid_size, voxel_size, origin, reduce)
-        return d_grad, None, None, None, None, None, None, None, None
+            d_grad = _OPS.voxelize(
+                points, up, lengths, grid_size, voxel_size, origin, reduce, voxel_t, origin_t
+            )
+        return (d_grad,) + (None,) * 10
 
 
 def _flatten_voxelize(
-    points, features=None, lengths=None, grid_size=(), voxel_size=(), origin=(), reduce="occupancy"
+    points,
+    features=None,
+    lengths=None,
+    grid_size=(),
+    voxel_size=(),
+    origin=(),
+    reduce="occupancy",
+    voxel_size_tensor=None,
+    origin_tensor=None,
 ):
-    return (points, features, lengths, grid_size, voxel_size, origin, reduce)
+    return (
+        points,
+        features,
+        lengths,
+        grid_size,
+        voxel_size,
+        origin,
+        reduce,
+        voxel_size_tensor,
+        origin_tensor,
+    )
+
+
+def _flatten_voxelize_backward(
+    grad,
+    points,
+    features,
+    lengths,
+    grid_size,
+    voxel_size,
+    origin,
+    reduce,
+    result,
+    voxel_size_tensor=None,
+    origin_tensor=None,
+):
+    return (
+        grad,
+        points,
+        features,
+        lengths,
+        grid_size,
+        voxel_size,
+        origin,
+        reduce,
+        result,
+        voxel_size_tensor,
+        origin_tensor,
+    )
 
 
 def _flatten_resample(values, times, query_times, lengths=None, mode="linear"):
@@ -597,4 +684,4 @@ _register("_resample_backward", _ResampleBackward)
 _register("fuse", _Fuse, _flatten_fuse)
 _register("_fuse_backward", _FuseBackward, _flatten_fuse_backward)
 _register("voxelize", _Voxelize, _flatten_voxelize)
-_register("_voxelize_backward", _VoxelizeBackward)
+_register("_voxelize_backward", _VoxelizeBackward, _flatten_voxelize_backward)

@@ -427,17 +427,23 @@ def voxelize(
     Args:
         points: (B, N, 3) or (N, 3) float32/float64 xyz.
         grid_size: (X, Y, Z) voxels per axis, positive integers.
-        voxel_size: one edge length, or three (x, y, z): numbers, or a tensor
-            (read on the host). Must be positive and finite in the points' dtype.
-        origin: the grid's min corner, 3 values (a sequence or a tensor, read
-            on the host).
+        voxel_size: one edge length, or three (x, y, z), as numbers; or a
+            tensor on the points' device: (1,), (3,) or (B, 3), one row per
+            cloud. Must be positive and finite in the points' dtype (numbers
+            are checked; device tensors only with ``check=True``).
+        origin: the grid's min corner: 3 numbers, or a tensor on the points'
+            device, (3,) or (B, 3). Tensors on the points' device are read by
+            the kernels, never on the host: under torch.compile they are
+            graph inputs, so a robot-centred grid that moves every step never
+            recompiles. A host tensor for device points is read on the host.
         features: (B, N, C) or (N, C) per-point features for
             ``sum``/``mean``/``max`` (float32, float64, float16, bfloat16).
         lengths: optional (B,) int64 tensor, valid points per cloud; padding
             past it is ignored.
         reduce: ``"occupancy"``, ``"count"``, ``"sum"``, ``"mean"`` or ``"max"``.
-        check: validate ``lengths`` (in [0, N]) on any device and raise; on a
-            GPU this synchronizes the host.
+        check: validate ``lengths`` (in [0, N]) and the values of
+            voxel_size/origin tensors on any device and raise; on a GPU this
+            synchronizes the host.
 
     A point lands in voxel ``floor((p - origin) / voxel_size)`` per axis and is
     kept only when ``0 <= index < grid_size`` on every axis (half-open, as in
@@ -460,10 +466,19 @@ def voxelize(
     _tensor(lengths, "lengths", op, optional=True)
     _require_kernels(op, points, features, lengths)
     grid = _grid_size(grid_size)
-    voxel_size = _floats(voxel_size, "voxel_size", (1, 3))
-    origin = _floats(origin, "origin", (3,))
+    voxel_size, voxel_size_tensor = _grid_values(voxel_size, "voxel_size", (1, 3), points)
+    origin, origin_tensor = _grid_values(origin, "origin", (3,), points)
+    if check:
+        _OPS.voxelize(
+            *_on_meta((points, features, lengths)),
+            grid,
+            voxel_size,
+            origin,
+            reduce,
+            *_on_meta((voxel_size_tensor, origin_tensor)),
+        )
+        _check_grid_tensors(voxel_size_tensor, origin_tensor, op)
     if check and lengths is not None:
-        _OPS.voxelize(*_on_meta((points, features, lengths)), grid, voxel_size, origin, reduce)
         N = points.shape[-2]
         bad = ((lengths < 0) | (lengths > N)).nonzero()
         if bad.numel():
@@ -471,4 +486,38 @@ def voxelize(
             raise ValueError(
                 f"{op}: lengths[{b}] = {int(lengths[b])} is outside [0, N] with N = {N}"
             )
-    return _OPS.voxelize(points, features, lengths, grid, voxel_size, origin, reduce)
+    return _OPS.voxelize(
+        points,
+        features,
+        lengths,
+        grid,
+        voxel_size,
+        origin,
+        reduce,
+        voxel_size_tensor,
+        origin_tensor,
+    )
+
+
+def _grid_values(x, name, sizes, points):
+    """(floats, None) for a number, sequence, numpy value or host tensor read
+    on the host; (placeholder floats, tensor) for a tensor on the points'
+    device, which the kernels read: a graph input, never a host sync."""
+    if (
+        torch.is_tensor(x)
+        and (x.device == points.device or x.dim() == 2)
+        and x.device.type != "meta"
+    ):
+        t = x.reshape(1) if x.dim() == 0 else x
+        return ([1.0] if name == "voxel_size" else [0.0, 0.0, 0.0]), t
+    if torch.is_tensor(x) and points.device.type == "meta":
+        return ([1.0] if name == "voxel_size" else [0.0, 0.0, 0.0]), x.to("meta")
+    return _floats(x, name, sizes), None
+
+
+def _check_grid_tensors(voxel_size, origin, op):
+    """check=True: the values of voxel_size and origin tensors (a host sync)."""
+    if voxel_size is not None and not bool(((voxel_size > 0) & voxel_size.isfinite()).all()):
+        raise ValueError(f"{op}: voxel_size must be positive and finite; got {voxel_size.tolist()}")
+    if origin is not None and not bool(origin.isfinite().all()):
+        raise ValueError(f"{op}: origin must be finite; got {origin.tolist()}")

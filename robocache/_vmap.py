@@ -180,24 +180,71 @@ def _voxel_rows(points, p_dim, features, f_dim, lengths, l_dim, V):
     return clouds, feats, lens, None
 
 
+def _grid_tensor_rows(t, dim, V, B):
+    """A voxel_size or origin tensor for the folded clouds: kept as it is when
+    it is shared and not vmapped, else one (V * B, 3) row per cloud (B is 1
+    when each vmapped slice is a single cloud)."""
+    if t is None or (dim is None and t.dim() == 1):
+        return t
+    if dim is not None:
+        t = t.movedim(dim, 0)  # (V, 3), (V, 1) or (V, B, 3)
+    else:
+        t = t.unsqueeze(0).expand(V, *t.shape)  # (V, B, 3)
+    if t.dim() == 2:  # shared by the clouds of each slice
+        t = t.expand(V, 3).unsqueeze(1).expand(V, B, 3)
+    return t.reshape(V * B, 3)
+
+
 @torch.library.register_vmap("robocache::voxelize")
 def _voxelize_vmap(
-    info, in_dims, points, features, lengths, grid_size, voxel_size, origin, reduce="occupancy"
+    info,
+    in_dims,
+    points,
+    features,
+    lengths,
+    grid_size,
+    voxel_size,
+    origin,
+    reduce="occupancy",
+    voxel_size_tensor=None,
+    origin_tensor=None,
 ):
     V = info.batch_size
     in_dims = tuple(in_dims) + (None,) * 9  # arguments left at their defaults have none
     p_dim, f_dim, l_dim = in_dims[:3]
     points, features, lengths, B = _voxel_rows(points, p_dim, features, f_dim, lengths, l_dim, V)
-    out = _OPS.voxelize(points, features, lengths, grid_size, voxel_size, origin, reduce)
+    out = _OPS.voxelize(
+        points,
+        features,
+        lengths,
+        grid_size,
+        voxel_size,
+        origin,
+        reduce,
+        _grid_tensor_rows(voxel_size_tensor, in_dims[7], V, B or 1),
+        _grid_tensor_rows(origin_tensor, in_dims[8], V, B or 1),
+    )
     return (out if B is None else _unfold(out, V)), 0
 
 
 @torch.library.register_vmap("robocache::_voxelize_backward")
 def _voxelize_backward_vmap(
-    info, in_dims, grad, points, features, lengths, grid_size, voxel_size, origin, reduce, result
+    info,
+    in_dims,
+    grad,
+    points,
+    features,
+    lengths,
+    grid_size,
+    voxel_size,
+    origin,
+    reduce,
+    result,
+    voxel_size_tensor=None,
+    origin_tensor=None,
 ):
     V = info.batch_size
-    in_dims = tuple(in_dims) + (None,) * 9  # arguments left at their defaults have none
+    in_dims = tuple(in_dims) + (None,) * 11  # arguments left at their defaults have none
     g_dim, p_dim, f_dim, l_dim = in_dims[:4]
     r_dim = in_dims[8]
     batched = _logical_dim(points, p_dim) == 3
@@ -220,5 +267,7 @@ def _voxelize_backward_vmap(
         origin,
         reduce,
         grid_rows(result, r_dim),
+        _grid_tensor_rows(voxel_size_tensor, in_dims[9], V, B or 1),
+        _grid_tensor_rows(origin_tensor, in_dims[10], V, B or 1),
     )
     return (_unfold(out, V) if batched else out), 0

@@ -139,6 +139,18 @@ def fuse(streams, query_times, modes="linear"):
     return torch.cat(outs, dim=-1)
 
 
+def _per_cloud(x, B, points):
+    """A voxel size or origin (a number, 1 or 3 values, or a (B, 3) tensor of
+    one row per cloud) as (B or 1, 1, 3) in the points' dtype."""
+    t = torch.as_tensor(
+        x if torch.is_tensor(x) else [float(v) for v in torch.tensor(x).reshape(-1)]
+    )
+    t = t.to(device=points.device, dtype=points.dtype)
+    if t.dim() == 2:
+        return t.view(B, 1, 3)
+    return t.reshape(-1).expand(3).view(1, 1, 3) if t.numel() == 1 else t.view(1, 1, 3)
+
+
 def voxelize(
     points, grid_size, voxel_size, origin, features=None, lengths=None, reduce="occupancy"
 ):
@@ -155,16 +167,8 @@ def voxelize(
     B, N, _ = points.shape
     X, Y, Z = (int(g) for g in grid_size)
     cells = X * Y * Z
-    vs = [
-        float(v)
-        for v in (
-            voxel_size if isinstance(voxel_size, (list, tuple, torch.Tensor)) else [voxel_size]
-        )
-    ]
-    vs = vs * 3 if len(vs) == 1 else vs
-    origin = [float(o) for o in (origin.tolist() if torch.is_tensor(origin) else origin)]
-    o = torch.tensor(origin, dtype=points.dtype, device=points.device)
-    v = torch.tensor(vs, dtype=points.dtype, device=points.device)
+    o = _per_cloud(origin, B, points)
+    v = _per_cloud(voxel_size, B, points)
     f = torch.floor((points - o) / v)
     dims = torch.tensor([X, Y, Z], dtype=points.dtype, device=points.device)
     keep = torch.isfinite(points).all(-1) & ((f >= 0) & (f < dims)).all(-1)

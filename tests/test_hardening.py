@@ -4,6 +4,7 @@ torch.func derivatives, non-finite data, overflow, and argument errors."""
 import numpy as np
 import pytest
 import torch
+from conftest import requires_cuda
 from helpers import query_times, sorted_times
 from torch.testing import assert_close
 
@@ -419,3 +420,135 @@ def test_voxelize_backward_checks_the_grad_shape_on_every_backend(device_name):
         torch.ops.robocache._voxelize_backward(
             grad, points, features, None, [3, 3, 3], [0.4], [0.0, 0.0, 0.0], "sum", grad
         )
+
+
+# ---------------------------------------------------------------------------
+# 9. Moving grids: voxel_size and origin as tensors, graph inputs
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reduce", ["occupancy", "count", "sum", "mean", "max"])
+@pytest.mark.parametrize("per_cloud", [False, True])
+def test_tensor_origin_and_voxel_size_match_reference(device, reduce, per_cloud):
+    B, N = 3, 500
+    points = torch.rand(B, N, 3, device=device) * 2 - 1
+    features = torch.randn(B, N, 2, device=device) if reduce in ("sum", "mean", "max") else None
+    if per_cloud:
+        origin = torch.rand(B, 3, device=device) * 0.5 - 1
+        voxel_size = torch.rand(B, 3, device=device) * 0.1 + 0.15
+    else:
+        origin = torch.tensor([-1.0, -0.8, -1.0], device=device)
+        voxel_size = torch.tensor([0.2], device=device)
+    out = robocache.voxelize(
+        points, (8, 9, 10), voxel_size, origin, features=features, reduce=reduce
+    )
+    expected = reference.voxelize(
+        points, (8, 9, 10), voxel_size, origin, features=features, reduce=reduce
+    )
+    assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    if not per_cloud:  # the same grid given as numbers
+        same = robocache.voxelize(
+            points, (8, 9, 10), 0.2, (-1.0, -0.8, -1.0), features=features, reduce=reduce
+        )
+        assert_close(out, same)
+
+
+def test_moving_origin_never_recompiles(device):
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+
+    def occupancy(points, origin):
+        return robocache.voxelize(points, (6, 6, 6), 0.25, origin)
+
+    compiled = torch.compile(occupancy, backend=counter, fullgraph=True)
+    points = torch.rand(2, 300, 3, device=device) * 2 - 1
+    for step in range(10):
+        origin = torch.tensor([-1.0, -1.0, -1.0], device=device) + step * 0.05
+        assert_close(compiled(points, origin), reference.voxelize(points, (6, 6, 6), 0.25, origin))
+    assert counter.frame_count == 1
+
+
+def test_vmap_over_origins_and_gradients_with_per_cloud_grids(device):
+    points = torch.rand(2, 100, 3, dtype=F64, device=device)
+    origins = torch.rand(4, 3, dtype=F64, device=device) * -0.3
+    got = torch.func.vmap(lambda o: robocache.voxelize(points, (4, 4, 4), 0.3, o))(origins)
+    expected = torch.stack([reference.voxelize(points, (4, 4, 4), 0.3, o) for o in origins])
+    assert_close(got, expected)
+    features = torch.randn(2, 100, 2, dtype=F64, device=device, requires_grad=True)
+    per_cloud = torch.tensor([[0.0, 0.0, 0.0], [-0.2, 0.1, 0.0]], dtype=F64, device=device)
+
+    def squared_mean(f):
+        return robocache.voxelize(points, (4, 4, 4), 0.3, per_cloud, features=f, reduce="mean") ** 2
+
+    assert torch.autograd.gradcheck(squared_mean, (features,))
+    assert torch.autograd.gradgradcheck(squared_mean, (features,))
+
+
+@requires_cuda
+def test_moving_grids_make_no_host_sync():
+    points = torch.rand(4, 1000, 3, device="cuda") * 2 - 1
+    features = torch.randn(4, 1000, 2, device="cuda")
+    origin = torch.full((4, 3), -1.0, device="cuda")
+    voxel_size = torch.full((3,), 0.25, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = robocache.voxelize(
+            points, (8, 8, 8), voxel_size, origin, features=features, reduce="mean"
+        )
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    expected = reference.voxelize(
+        points, (8, 8, 8), voxel_size, origin, features=features, reduce="mean"
+    )
+    assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_grid_tensor_errors():
+    points = torch.rand(2, 10, 3)
+    with pytest.raises(
+        ValueError, match=r"origin must be \(3,\) or \(B, 3\) = \(2, 3\); got shape \[4\]"
+    ):
+        robocache.voxelize(points, (2, 2, 2), 0.5, torch.zeros(4))
+    with pytest.raises(ValueError, match=r"voxel_size has 3 rows but there are 2 clouds"):
+        robocache.voxelize(points, (2, 2, 2), torch.ones(3, 3), (0, 0, 0))
+    with pytest.raises(ValueError, match=r"origin must be on the points' device \(meta\)"):
+        torch.ops.robocache.voxelize(
+            points.to("meta"),
+            None,
+            None,
+            [2, 2, 2],
+            [1.0],
+            [0.0, 0.0, 0.0],
+            "occupancy",
+            None,
+            torch.zeros(3),
+        )
+    with pytest.raises(TypeError, match=r"voxel_size must be a float32 or float64 tensor"):
+        robocache.voxelize(points, (2, 2, 2), torch.ones(3, dtype=torch.int64), (0, 0, 0))
+    with pytest.raises(ValueError, match=r"voxel_size must be positive and finite"):
+        robocache.voxelize(points, (2, 2, 2), torch.tensor([0.5, 0.0, 0.5]), (0, 0, 0), check=True)
+
+
+def test_export_takes_the_origin_as_an_input(device):
+    class Occupancy(torch.nn.Module):
+        def forward(self, points, origin):
+            return robocache.voxelize(points, (4, 4, 4), 0.3, origin, reduce="count")
+
+    example = (torch.rand(2, 50, 3, device=device), torch.zeros(3, device=device))
+    program = torch.export.export(Occupancy(), example)
+    points = torch.rand(2, 50, 3, device=device)
+    origin = torch.tensor([-0.1, 0.0, 0.1], device=device)
+    expected = reference.voxelize(points, (4, 4, 4), 0.3, origin, reduce="count")
+    assert torch.equal(program.module()(points, origin), expected)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.2, float("nan"), float("inf")])
+def test_unchecked_bad_grid_tensor_values_follow_the_reference(device, bad):
+    points = torch.rand(2, 200, 3, device=device) * 2 - 1
+    voxel_size = torch.tensor([bad, 0.5, 0.5], device=device)
+    origin = torch.full((2, 3), -1.0, device=device)
+    got = robocache.voxelize(points, (4, 4, 4), voxel_size, origin, reduce="count")
+    expected = reference.voxelize(points, (4, 4, 4), voxel_size, origin, reduce="count")
+    assert torch.equal(got, expected)
+    with pytest.raises(ValueError, match="voxel_size must be positive and finite"):
+        robocache.voxelize(points, (4, 4, 4), voxel_size, origin, reduce="count", check=True)

@@ -14,10 +14,12 @@ constexpr const char* kOp = "robocache.voxelize";
 at::Tensor voxelize_meta(const at::Tensor& points, const std::optional<at::Tensor>& features,
                          const std::optional<at::Tensor>& lengths, c10::SymIntArrayRef grid_size,
                          at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
-                         c10::string_view reduce_str) {
+                         c10::string_view reduce_str,
+                         const std::optional<at::Tensor>& voxel_size_tensor,
+                         const std::optional<at::Tensor>& origin_tensor) {
   const Reduce reduce = parse_reduce(reduce_str, kOp);
-  const auto n =
-      check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce, kOp);
+  const auto n = check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
+                                       reduce, kOp, voxel_size_tensor, origin_tensor);
   const auto shape = voxelize_result_shape(n, grid_size, reduce);
   switch (reduce) {
     case Reduce::Occupancy:
@@ -34,10 +36,12 @@ at::Tensor voxelize_backward_meta(const at::Tensor& grad, const at::Tensor& poin
                                   const std::optional<at::Tensor>& lengths,
                                   c10::SymIntArrayRef grid_size, at::ArrayRef<double> voxel_size,
                                   at::ArrayRef<double> origin, c10::string_view reduce_str,
-                                  const at::Tensor& result) {
+                                  const at::Tensor& result,
+                                  const std::optional<at::Tensor>& voxel_size_tensor,
+                                  const std::optional<at::Tensor>& origin_tensor) {
   const Reduce reduce = parse_reduce(reduce_str, kOp);
-  const auto n =
-      check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin, reduce, kOp);
+  const auto n = check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
+                                       reduce, kOp, voxel_size_tensor, origin_tensor);
   check_voxelize_grad(grad, result, n, grid_size, reduce, kOp);
   return at::empty_symint(features.sym_sizes(), features.options());
 }

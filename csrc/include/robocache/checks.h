@@ -74,7 +74,9 @@ VoxelizeSizes check_voxelize_inputs(const at::Tensor& points,
                                     const std::optional<at::Tensor>& lengths,
                                     c10::SymIntArrayRef grid_size, at::ArrayRef<double> voxel_size,
                                     at::ArrayRef<double> origin, Reduce reduce,
-                                    const std::string& op);
+                                    const std::string& op,
+                                    const std::optional<at::Tensor>& voxel_size_tensor = {},
+                                    const std::optional<at::Tensor>& origin_tensor = {});
 
 // The voxelize result's shape: (B,) X, Y, Z for occupancy and count,
 // (B,) C, X, Y, Z for the feature reductions (B only when batched).
@@ -114,7 +116,9 @@ void check_backward_args(const InterpInputs& in, const at::Tensor& grad_out, siz
 VoxelInputs voxelize_inputs(const at::Tensor& points, const std::optional<at::Tensor>& features,
                             const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
                             at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
-                            c10::string_view reduce, bool host_lengths);
+                            c10::string_view reduce,
+                            const std::optional<at::Tensor>& voxel_size_tensor,
+                            const std::optional<at::Tensor>& origin_tensor, bool host_lengths);
 // voxelize's backward, on symbolic sizes (CPU, CUDA and Meta): a reduce with a
 // gradient, and grad and result shaped like voxelize's result.
 void check_voxelize_grad(const at::Tensor& grad, const at::Tensor& result, const VoxelizeSizes& n,

@@ -60,11 +60,20 @@ struct VoxelArgs {
   const int64_t* lengths;
   int64_t B, N, C;
   VoxelGrid<point_t> grid;
+  // Grids read from the tensors' memory, each or both, or nullptr (grid holds them):
+  // cloud b's origin axis k is origins[b * origin_bstride + k], its voxel
+  // size voxels[b * voxel_bstride + k * voxel_kstride].
+  const point_t* origins;
+  const point_t* voxels;
+  int64_t origin_bstride, voxel_bstride, voxel_kstride;
 };
 
 // Validated inputs seen as a batch: (N, 3) clouds become B = 1.
 struct VoxelInputs {
   at::Tensor points, features, lengths;  // features/lengths may be undefined
+  // Tensor forms of voxel size and origin in the points' dtype, or undefined
+  // (voxel and origin below hold them).
+  at::Tensor voxel_size_tensor, origin_tensor;
   int64_t grid[3];
   double voxel[3], origin[3];
   Reduce reduce;
@@ -93,7 +102,9 @@ inline VoxelInputs prepare_voxel_inputs(const at::Tensor& points,
                                         const std::optional<at::Tensor>& features,
                                         const std::optional<at::Tensor>& lengths,
                                         at::IntArrayRef grid_size, at::ArrayRef<double> voxel_size,
-                                        at::ArrayRef<double> origin, Reduce reduce) {
+                                        at::ArrayRef<double> origin, Reduce reduce,
+                                        const std::optional<at::Tensor>& voxel_size_tensor = {},
+                                        const std::optional<at::Tensor>& origin_tensor = {}) {
   VoxelInputs in;
   in.batched = points.dim() == 3;
   in.points = in.batched ? points : points.unsqueeze(0);
@@ -107,6 +118,11 @@ inline VoxelInputs prepare_voxel_inputs(const at::Tensor& points,
     in.origin[a] = origin[a];
   }
   in.reduce = reduce;
+  const auto as_points = [&](const std::optional<at::Tensor>& t) {
+    return t.has_value() ? t->to(points.scalar_type()).contiguous() : at::Tensor();
+  };
+  in.voxel_size_tensor = as_points(voxel_size_tensor);
+  in.origin_tensor = as_points(origin_tensor);
   return in;
 }
 
@@ -132,6 +148,18 @@ VoxelArgs<point_t, feat_t> voxel_args(const VoxelInputs& in) {
     a.grid.origin[k] = static_cast<point_t>(in.origin[k]);
     a.grid.voxel[k] = static_cast<point_t>(in.voxel[k]);
   }
+  a.origins = a.voxels = nullptr;
+  a.origin_bstride = a.voxel_bstride = a.voxel_kstride = 0;
+  if (in.origin_tensor.defined()) {
+    a.origins = in.origin_tensor.data_ptr<point_t>();
+    a.origin_bstride = in.origin_tensor.dim() == 2 ? 3 : 0;
+  }
+  if (in.voxel_size_tensor.defined()) {
+    const at::Tensor& v = in.voxel_size_tensor;
+    a.voxels = v.data_ptr<point_t>();
+    a.voxel_bstride = v.dim() == 2 ? 3 : 0;
+    a.voxel_kstride = v.size(-1) == 1 ? 0 : 1;
+  }
   return a;
 }
 
@@ -141,7 +169,16 @@ ROBOCACHE_HD int64_t point_voxel(const VoxelArgs<point_t, feat_t>& a, int64_t b,
   if (a.lengths != nullptr && n >= a.lengths[b])
     return -1;
   const point_t* p = a.points + b * a.p_bstride + n * a.p_nstride;
-  return voxel_index(a.grid, p[0], p[a.p_cstride], p[2 * a.p_cstride]);
+  if (a.origins == nullptr && a.voxels == nullptr)
+    return voxel_index(a.grid, p[0], p[a.p_cstride], p[2 * a.p_cstride]);
+  VoxelGrid<point_t> g = a.grid;
+  for (int k = 0; k < 3; ++k) {
+    if (a.origins)
+      g.origin[k] = a.origins[b * a.origin_bstride + k];
+    if (a.voxels)
+      g.voxel[k] = a.voxels[b * a.voxel_bstride + k * a.voxel_kstride];
+  }
+  return voxel_index(g, p[0], p[a.p_cstride], p[2 * a.p_cstride]);
 }
 
 // The gradient of one feature channel of a kept point `point`, from g, the

@@ -17,9 +17,14 @@ _REDUCES = ("occupancy", "count", "sum", "mean", "max")
 _OPS = torch.ops.robocache
 
 
+# Read once, at import (the library is loaded by then): a plain bool that
+# torch.compile folds, where the dispatcher query itself would break the graph.
+_HAS_CUDA_KERNELS = torch._C._dispatch_has_kernel_for_dispatch_key("robocache::resample", "CUDA")
+
+
 def is_cuda_available():
     """Whether robocache was built with its CUDA kernels (and they are registered)."""
-    return torch._C._dispatch_has_kernel_for_dispatch_key("robocache::resample", "CUDA")
+    return _HAS_CUDA_KERNELS
 
 
 # ---------------------------------------------------------------------------

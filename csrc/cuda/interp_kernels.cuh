@@ -208,10 +208,7 @@ __device__ __forceinline__ void gather_tile(const Streams<value_t, stamp_t, MAXK
             } else {
               y = IO::convert(x0[u]);
               if (w[u] != C(0)) {
-                const auto y1 = IO::convert(x1[u]);
-#pragma unroll
-                for (int e = 0; e < VEC; ++e)
-                  y[e] = blend(y[e], y1[e], w[u]);
+                blend_lanes<VEC>(y, IO::convert(x1[u]), w[u]);
               }
             }
             IO::store(dst + row * out_cols + v * VEC, y);

@@ -199,6 +199,13 @@ ROBOCACHE_HD C blend_non_finite(C v0, C v1, C w, C d, C r) {
   return v0 == v1 ? v0 : from_right;
 }
 
+// The quick blend, v0 + w (v1 - v0), given d = v1 - v0: one expression, so
+// that blend and blend_lanes round alike.
+template <typename C>
+ROBOCACHE_HD C blend_quick(C v0, C d, C w) {
+  return v0 + w * d;
+}
+
 // The blend used everywhere (robocache.reference.blend states the same in
 // PyTorch). Exact at knots: w == 0 returns v0 untouched, even when the
 // neighbour is not finite. A finite result costs one extra test.
@@ -207,8 +214,33 @@ ROBOCACHE_HD C blend(C v0, C v1, C w) {
   if (w == C(0))
     return v0;
   const C d = v1 - v0;
-  const C r = v0 + w * d;
+  const C r = blend_quick(v0, d, w);
   return is_finite(r) ? r : blend_non_finite(v0, v1, w, d, r);
+}
+
+// blend over N values sharing one weight w in [0, 1], in place in v0, with
+// one finiteness test for all N: d * 0 is 0 for a finite difference and NaN
+// otherwise, so `non_finite` stays 0 exactly when every difference is finite, and
+// then every quick result is blend's (finite samples, no overflow). A group
+// with a non-finite difference is blended again value by value. Array is any
+// type indexed by int (a C array, cutlass::Array).
+template <int N, typename Array, typename C>
+ROBOCACHE_HD void blend_lanes(Array& v0, const Array& v1, C w) {
+  C d[N];
+  C non_finite = C(0);
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    d[e] = v1[e] - v0[e];
+    non_finite += d[e] * C(0);
+  }
+  if (non_finite == C(0)) {
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      v0[e] = blend_quick(v0[e], d[e], w);
+  } else {
+    for (int e = 0; e < N; ++e)
+      v0[e] = blend(v0[e], v1[e], w);
+  }
 }
 
 }  // namespace robocache

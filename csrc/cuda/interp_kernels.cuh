@@ -158,15 +158,20 @@ __device__ __forceinline__ void locate_tile(const Streams<value_t, stamp_t, MAXK
 }
 
 // Writes the tile's output rows from the RowRef of pair (k, row) at
-// refs[k * Q + row].
-template <int VEC, int MAXK, typename value_t, typename stamp_t>
-__device__ __forceinline__ void gather_tile(const Streams<value_t, stamp_t, MAXK>& p,
+// refs[k * Q + row]. The quick pass (kExact false) blends with
+// blend_quick_lanes and returns false if any value it wrote is not finite;
+// the caller then runs the exact pass (blend, value by value), which rewrites
+// the same values from the same thread. Keeping the exact path out of the
+// quick loop keeps its registers free.
+template <bool kExact, int VEC, int MAXK, typename value_t, typename stamp_t>
+__device__ __forceinline__ bool gather_tile(const Streams<value_t, stamp_t, MAXK>& p,
                                             const RowRef<weight_t<stamp_t>>* refs, int Q, int nq,
                                             value_t* __restrict__ out, int64_t out_cols, int tid,
                                             int TT) {
   using W = weight_t<stamp_t>;
   using IO = VecIO<value_t, VEC>;
   using C = typename IO::C;
+  C non_finite = C(0);
   for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
     const auto& s = p.s[k];
     // Groups of G lanes share a query's channels; R groups per tile.
@@ -208,7 +213,14 @@ __device__ __forceinline__ void gather_tile(const Streams<value_t, stamp_t, MAXK
             } else {
               y = IO::convert(x0[u]);
               if (w[u] != C(0)) {
-                blend_lanes<VEC>(y, IO::convert(x1[u]), w[u]);
+                const auto y1 = IO::convert(x1[u]);
+                if constexpr (kExact) {
+#pragma unroll
+                  for (int e = 0; e < VEC; ++e)
+                    y[e] = blend(y[e], y1[e], w[u]);
+                } else {
+                  blend_quick_lanes<VEC>(y, y1, w[u], non_finite);
+                }
               }
             }
             IO::store(dst + row * out_cols + v * VEC, y);
@@ -217,6 +229,7 @@ __device__ __forceinline__ void gather_tile(const Streams<value_t, stamp_t, MAXK
       }
     }
   }
+  return non_finite == C(0);
 }
 
 // Orders the tile's shared-memory writes before its reads: the block, a
@@ -246,7 +259,8 @@ __global__ void __launch_bounds__(kThreads, 4)
   RowRef<weight_t<stamp_t>>* tile = refs + g * Q * K;
   locate_tile(p, q, first, nq, Q, tile, pivots, tid, TT);
   tile_sync(g, TT);
-  gather_tile<VEC>(p, tile, Q, nq, out + first * out_cols, out_cols, tid, TT);
+  if (!gather_tile<false, VEC>(p, tile, Q, nq, out + first * out_cols, out_cols, tid, TT))
+    gather_tile<true, VEC>(p, tile, Q, nq, out + first * out_cols, out_cols, tid, TT);
 }
 
 template <int VEC, int MAXK, typename value_t, typename stamp_t>

@@ -10,8 +10,10 @@
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define ROBOCACHE_HD __host__ __device__ __forceinline__
+#define ROBOCACHE_UNROLL _Pragma("unroll")
 #else
 #define ROBOCACHE_HD inline
+#define ROBOCACHE_UNROLL
 #endif
 
 namespace robocache {
@@ -200,7 +202,7 @@ ROBOCACHE_HD C blend_non_finite(C v0, C v1, C w, C d, C r) {
 }
 
 // The quick blend, v0 + w (v1 - v0), given d = v1 - v0: one expression, so
-// that blend and blend_lanes round alike.
+// that blend and blend_quick_lanes round alike.
 template <typename C>
 ROBOCACHE_HD C blend_quick(C v0, C d, C w) {
   return v0 + w * d;
@@ -218,28 +220,19 @@ ROBOCACHE_HD C blend(C v0, C v1, C w) {
   return is_finite(r) ? r : blend_non_finite(v0, v1, w, d, r);
 }
 
-// blend over N values sharing one weight w in [0, 1], in place in v0, with
-// one finiteness test for all N: d * 0 is 0 for a finite difference and NaN
-// otherwise, so `non_finite` stays 0 exactly when every difference is finite, and
-// then every quick result is blend's (finite samples, no overflow). A group
-// with a non-finite difference is blended again value by value. Array is any
-// type indexed by int (a C array, cutlass::Array).
+// The quick blend over N values sharing one weight w in [0, 1], in place in
+// v0 (Array: a C array or cutlass::Array), adding r * 0 for each result r to
+// `non_finite`: that is 0 for a finite r and NaN otherwise, so non_finite
+// stays 0 exactly when every result is finite. A finite result is blend's
+// exactly (finite samples whose difference did not overflow); where
+// non_finite ends up nonzero, the caller blends those inputs again with
+// blend, value by value. The fast path costs one multiply-add per value.
 template <int N, typename Array, typename C>
-ROBOCACHE_HD void blend_lanes(Array& v0, const Array& v1, C w) {
-  C d[N];
-  C non_finite = C(0);
-#pragma unroll
+ROBOCACHE_HD void blend_quick_lanes(Array& v0, const Array& v1, C w, C& non_finite) {
+  ROBOCACHE_UNROLL
   for (int e = 0; e < N; ++e) {
-    d[e] = v1[e] - v0[e];
-    non_finite += d[e] * C(0);
-  }
-  if (non_finite == C(0)) {
-#pragma unroll
-    for (int e = 0; e < N; ++e)
-      v0[e] = blend_quick(v0[e], d[e], w);
-  } else {
-    for (int e = 0; e < N; ++e)
-      v0[e] = blend(v0[e], v1[e], w);
+    v0[e] = blend_quick(v0[e], v1[e] - v0[e], w);
+    non_finite += v0[e] * C(0);
   }
 }
 

@@ -63,4 +63,21 @@ TORCH_LIBRARY(robocache, m) {
       "SymInt[] grid_size, float[] voxel_size, float[] origin, str reduce, Tensor result, "
       "Tensor? voxel_size_tensor=None, Tensor? origin_tensor=None) -> Tensor",
       {at::Tag::pt2_compliant_tag});
+  // Windows cut from a packed ragged stream (every episode's samples back to
+  // back; episode e owns rows [offsets[e], offsets[e + 1])): for window b,
+  // the samples of episode[b] at query_times[b, :] (int64 ns). mode: nearest |
+  // previous (any dtype) | linear | mean (floating; mean averages the samples
+  // in (q - interval, q]). Returns (out (B, W, D), is_pad (B, W) bool,
+  // age (B, W) int64 ns). tolerance -1: none.
+  m.def(
+      "sample_windows(Tensor values, Tensor times, Tensor offsets, Tensor episode, "
+      "Tensor query_times, str mode=\"nearest\", int interval=0, int tolerance=-1, "
+      "int edge_tolerance=0) -> (Tensor, Tensor, Tensor)",
+      {at::Tag::pt2_compliant_tag});
+  // Gradient of values (num_values = N rows), in grad_out's dtype.
+  m.def(
+      "_sample_windows_backward(Tensor grad_out, Tensor times, Tensor offsets, Tensor episode, "
+      "Tensor query_times, str mode, int interval, int tolerance, int edge_tolerance, "
+      "SymInt num_values) -> Tensor",
+      {at::Tag::pt2_compliant_tag});
 }

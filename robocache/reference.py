@@ -6,6 +6,7 @@ the tests, the baseline for the benchmarks, and what ``backend="pytorch"`` runs.
 They are differentiable through ordinary autograd.
 """
 
+import bisect
 from typing import NamedTuple
 
 import torch
@@ -215,3 +216,70 @@ def voxelize(
     else:
         raise ValueError(f"unknown reduce {reduce!r}")
     return shaped(acc.to(features.dtype), True)
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def sample_windows(
+    values,
+    times,
+    offsets,
+    episode,
+    query_times,
+    mode="nearest",
+    interval=0,
+    tolerance=None,
+    edge_tolerance=0,
+):
+    """robocache.sample_windows, query by query in Python integers (the
+    oracle: plain and slow). Blends are computed in the operators' compute
+    dtype (float32 for float16/bfloat16/float32), averages in float64."""
+    N, shape = values.shape[0], values.shape[1:]
+    flat = values.reshape(N, -1).cpu()
+    t, off = times.tolist(), offsets.tolist()
+    E = len(off) - 1
+    B, W = query_times.shape
+    compute = _compute_dtype(values.dtype) if values.is_floating_point() else values.dtype
+    out = torch.zeros(B, W, flat.shape[1], dtype=values.dtype)
+    is_pad = torch.zeros(B, W, dtype=torch.bool)
+    age = torch.zeros(B, W, dtype=torch.int64)
+    for b, (e, row) in enumerate(zip(episode.tolist(), query_times.tolist())):
+        if not 0 <= e < E:
+            raise ValueError(f"episode[{b}] = {e} is not an episode (there are {E})")
+        a, z = off[e], off[e + 1]
+        for j, q in enumerate(row):
+            if z <= a:
+                is_pad[b, j] = True
+                continue
+            k = bisect.bisect_right(t, q, a, z)
+            i0 = i1 = k - 1 if k > a else a
+            w, span, pad = 0.0, None, False
+            if mode == "nearest" and k < z and (k == a or t[k] - q <= q - t[k - 1]):
+                i0 = i1 = k
+            elif mode == "linear" and a < k < z and t[k - 1] < q:
+                i1, w = k, (q - t[k - 1]) / (t[k] - t[k - 1])
+            elif mode == "mean":
+                lo = bisect.bisect_right(t, q - interval, a, k)
+                span, pad = ((lo, k), False) if lo < k else (None, True)
+            if span is not None:
+                value = flat[span[0] : span[1]].double().mean(0)
+                oldest, newest, aged = span[0], span[1] - 1, span[1] - 1
+            elif w > 0:
+                v0, v1 = flat[i0].to(compute), flat[i1].to(compute)
+                value = blend(v0, v1, torch.tensor(w, dtype=compute))
+                oldest, newest, aged = i0, i1, i0
+            else:
+                value = flat[i0]
+                oldest, newest, aged = i0, i0, i0
+            out[b, j] = value.to(values.dtype)
+            age[b, j] = min(max(q - t[aged], _INT64_MIN), _INT64_MAX)
+            outside = (q < t[a] and t[a] - q > edge_tolerance) or (
+                q > t[z - 1] and q - t[z - 1] > edge_tolerance
+            )
+            stale = tolerance is not None and (
+                abs(q - t[oldest]) > tolerance or abs(q - t[newest]) > tolerance
+            )
+            is_pad[b, j] = pad or outside or stale
+    device = values.device
+    return out.reshape(B, W, *shape).to(device), is_pad.to(device), age.to(device)

@@ -1,0 +1,156 @@
+// CPU kernels of robocache::sample_windows and its backward. The episode
+// indices and offsets are validated here (reading them is free on the CPU);
+// times are taken as sorted within each episode (EpisodeStore checks that
+// when it is built).
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
+
+#include <cstring>
+
+#include "robocache/error.h"
+#include "robocache/window_checks.h"
+
+namespace robocache {
+namespace {
+
+constexpr const char* kOp = "robocache.sample_windows";
+
+struct Ragged {
+  at::Tensor times, offsets, episode, query;
+  int64_t N, E, B, W;
+};
+
+Ragged ragged_inputs(const at::Tensor& times, const at::Tensor& offsets, const at::Tensor& episode,
+                     const at::Tensor& query_times, const WindowSizes& n) {
+  Ragged r{times.contiguous(), offsets.contiguous(), episode.contiguous(), query_times.contiguous(),
+           n.N.expect_int(),   n.E.expect_int(),     n.B.expect_int(),     n.W.expect_int()};
+  const int64_t* off = r.offsets.data_ptr<int64_t>();
+  ROBOCACHE_CHECK_VALUE(off[0] >= 0 && off[r.E] <= r.N, kOp, ": offsets must lie in [0, N = ", r.N,
+                        "]; got offsets[0] = ", off[0], " and offsets[E] = ", off[r.E]);
+  for (int64_t e = 0; e < r.E; ++e) {
+    ROBOCACHE_CHECK_VALUE(off[e] <= off[e + 1], kOp, ": offsets must be non-decreasing; offsets[",
+                          e, "] = ", off[e], " > offsets[", e + 1, "] = ", off[e + 1]);
+  }
+  const int64_t* ep = r.episode.data_ptr<int64_t>();
+  for (int64_t b = 0; b < r.B; ++b) {
+    ROBOCACHE_CHECK_VALUE(ep[b] >= 0 && ep[b] < r.E, kOp, ": episode[", b, "] = ", ep[b],
+                          " is not an episode of this stream (there are ", r.E, ")");
+  }
+  return r;
+}
+
+WindowPick pick_at(const Ragged& r, const WindowRule& rule, int64_t m) {
+  const int64_t* off = r.offsets.data_ptr<int64_t>();
+  const int64_t e = r.episode.data_ptr<int64_t>()[m / r.W];
+  return pick_window(r.times.data_ptr<int64_t>(), off[e], off[e + 1],
+                     r.query.data_ptr<int64_t>()[m], rule);
+}
+
+template <typename value_t>
+void blend_rows(const WindowPick& p, const value_t* values, int64_t D, value_t* dst) {
+  using C = at::opmath_type<value_t>;
+  if (p.hi > p.lo) {
+    for (int64_t d = 0; d < D; ++d) {
+      C sum = C(0);
+      for (int64_t i = p.lo; i < p.hi; ++i)
+        sum += C(values[i * D + d]);
+      dst[d] = value_t(sum / C(p.hi - p.lo));
+    }
+  } else {
+    const C w = C(p.w);
+    for (int64_t d = 0; d < D; ++d)
+      dst[d] = value_t(blend(C(values[p.i0 * D + d]), C(values[p.i1 * D + d]), w));
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cpu(
+    const at::Tensor& values, const at::Tensor& times, const at::Tensor& offsets,
+    const at::Tensor& episode, const at::Tensor& query_times, c10::string_view mode,
+    int64_t interval, int64_t tolerance, int64_t edge_tolerance) {
+  const WindowRule rule = window_rule(mode, interval, tolerance, edge_tolerance, kOp);
+  const WindowSizes n =
+      check_window_inputs(values, times, offsets, episode, query_times, rule, kOp);
+  const Ragged r = ragged_inputs(times, offsets, episode, query_times, n);
+  const at::Tensor v = values.contiguous();
+  const int64_t D = n.D.expect_int();
+  at::Tensor out = at::empty({r.B, r.W, D}, values.options());
+  at::Tensor is_pad = at::empty({r.B, r.W}, values.options().dtype(at::kBool));
+  at::Tensor age = at::empty({r.B, r.W}, values.options().dtype(at::kLong));
+  bool* pad_ptr = is_pad.data_ptr<bool>();
+  int64_t* age_ptr = age.data_ptr<int64_t>();
+  const bool blends = rule.mode == WindowMode::Linear || rule.mode == WindowMode::Mean;
+  const size_t row_bytes = size_t(D) * v.element_size();
+  const auto* src = static_cast<const char*>(v.data_ptr());
+  auto* dst = static_cast<char*>(out.data_ptr());
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, D));
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, blends ? values.scalar_type() : at::kFloat, "sample_windows", [&] {
+        at::parallel_for(0, r.B * r.W, grain, [&](int64_t begin, int64_t end) {
+          for (int64_t m = begin; m < end; ++m) {
+            const WindowPick p = pick_at(r, rule, m);
+            pad_ptr[m] = p.pad;
+            age_ptr[m] = p.age;
+            char* row = dst + m * row_bytes;
+            if (p.empty) {
+              std::memset(row, 0, row_bytes);
+            } else if (blends && (p.hi > p.lo || p.w > 0.0)) {
+              blend_rows(p, reinterpret_cast<const scalar_t*>(src), D,
+                         reinterpret_cast<scalar_t*>(row));
+            } else {
+              std::memcpy(row, src + p.i0 * row_bytes, row_bytes);
+            }
+          }
+        });
+      });
+  return {out, is_pad, age};
+}
+
+at::Tensor sample_windows_backward_cpu(const at::Tensor& grad_out, const at::Tensor& times,
+                                       const at::Tensor& offsets, const at::Tensor& episode,
+                                       const at::Tensor& query_times, c10::string_view mode,
+                                       int64_t interval, int64_t tolerance, int64_t edge_tolerance,
+                                       c10::SymInt num_values) {
+  const WindowRule rule = window_rule(mode, interval, tolerance, edge_tolerance, kOp);
+  const WindowSizes n =
+      check_window_backward_inputs(grad_out, times, offsets, episode, query_times, num_values, kOp);
+  const int64_t N = n.N.expect_int();
+  const Ragged r = ragged_inputs(times, offsets, episode, query_times, n);
+  const int64_t D = n.D.expect_int();
+  const at::Tensor g = grad_out.contiguous();
+  at::Tensor grad_values;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_out.scalar_type(), "sample_windows_backward", [&] {
+        using C = at::opmath_type<scalar_t>;
+        at::Tensor acc =
+            at::zeros({N, D}, grad_out.options().dtype(c10::CppTypeToScalarType<C>::value));
+        C* acc_ptr = acc.data_ptr<C>();
+        const scalar_t* g_ptr = g.data_ptr<scalar_t>();
+        // Channels split between threads, queries in order: deterministic sums.
+        at::parallel_for(0, D, 1, [&](int64_t d_begin, int64_t d_end) {
+          for (int64_t m = 0; m < r.B * r.W; ++m) {
+            const WindowPick p = pick_at(r, rule, m);
+            for_each_source(p, [&](int64_t row, double weight) {
+              for (int64_t d = d_begin; d < d_end; ++d)
+                acc_ptr[row * D + d] += C(weight) * C(g_ptr[m * D + d]);
+            });
+          }
+        });
+        grad_values =
+            acc.scalar_type() == grad_out.scalar_type() ? acc : acc.to(grad_out.scalar_type());
+      });
+  return grad_values;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(robocache, CPU, m) {
+  m.impl("sample_windows", &sample_windows_cpu);
+  m.impl("_sample_windows_backward", &sample_windows_backward_cpu);
+}
+
+}  // namespace robocache

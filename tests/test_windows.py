@@ -1,0 +1,230 @@
+"""robocache.sample_windows: windows cut from packed ragged streams, against
+the reference (robocache.reference.sample_windows) on fresh random data."""
+
+import pytest
+import torch
+from conftest import requires_cuda
+from torch.testing import assert_close
+
+import robocache
+from robocache import reference
+
+MODES = ["nearest", "previous", "linear", "mean"]
+MS = 1_000_000
+
+
+def ragged(E=6, D=3, dtype=torch.float64, device="cpu", shape=None, lengths=None):
+    """E episodes of irregular int64-ns times (some empty, some of one sample)."""
+    if lengths is None:
+        lengths = torch.randint(0, 9, (E,)).tolist()
+        lengths[0], lengths[-1] = 1, 0
+    chunks = []
+    for n in lengths:
+        start = int(torch.randint(0, 50 * MS, ()))
+        gaps = torch.randint(1, 40 * MS, (n,))
+        gaps[torch.rand(n) < 0.15] = 0  # repeated stamps happen in logs
+        chunks.append(start + torch.cumsum(gaps, 0))
+    times = torch.cat(chunks) if chunks else torch.zeros(0, dtype=torch.int64)
+    offsets = torch.tensor([0] + lengths).cumsum(0)
+    N = int(offsets[-1])
+    shape = (D,) if shape is None else shape
+    if dtype.is_floating_point:
+        values = torch.randn(N, *shape, dtype=dtype)
+    elif dtype == torch.bool:
+        values = torch.rand(N, *shape) < 0.5
+    else:
+        values = torch.randint(0, 200, (N, *shape)).to(dtype)
+    return values.to(device), times.to(device), offsets.to(device)
+
+
+def windows_for(times, offsets, B=5, W=4, device="cpu"):
+    """Windows of random episodes: queries around, on and beyond the samples."""
+    E = offsets.numel() - 1
+    episode = torch.randint(0, E, (B,))
+    q = torch.randint(-60 * MS, 400 * MS, (B, W))
+    for b in range(B):  # some queries exactly on samples
+        a, z = int(offsets[episode[b]]), int(offsets[episode[b] + 1])
+        if z > a:
+            q[b, 0] = times[torch.randint(a, z, ())]
+    return episode.to(device), q.to(device)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_matches_reference(device, mode, dtype):
+    values, times, offsets = ragged(dtype=dtype, device=device)
+    episode, q = windows_for(times.cpu(), offsets.cpu(), device=device)
+    kw = dict(interval=30 * MS) if mode == "mean" else {}
+    got = robocache.sample_windows(values, times, offsets, episode, q, mode, **kw)
+    expected = reference.sample_windows(values, times, offsets, episode, q, mode, **kw)
+    rtol = {torch.float64: 1e-12, torch.float32: 1e-6, torch.bfloat16: 1e-2}[dtype]
+    assert_close(got[0], expected[0], rtol=rtol, atol=rtol)
+    assert torch.equal(got[1], expected[1])
+    assert torch.equal(got[2], expected[2])
+
+
+@pytest.mark.parametrize("mode", ["nearest", "previous"])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bool, torch.int64, torch.float16])
+def test_point_modes_gather_any_dtype_exactly(device, mode, dtype):
+    # uint8 images stay uint8; rows of odd byte counts take the narrow copy.
+    for shape in [(3, 5, 7), (2, 8), (1,)]:
+        values, times, offsets = ragged(dtype=dtype, device=device, shape=shape)
+        episode, q = windows_for(times.cpu(), offsets.cpu(), device=device)
+        got = robocache.sample_windows(values, times, offsets, episode, q, mode)
+        expected = reference.sample_windows(values, times, offsets, episode, q, mode)
+        assert got[0].dtype == dtype and got[0].shape == (*q.shape, *shape)
+        for g, e in zip(got, expected):
+            assert torch.equal(g, e)
+
+
+def test_padding_edges_and_tolerances(device):
+    # One episode sampled at 0, 10, 20, 60 ms (a 40 ms drop-out).
+    times = torch.tensor([0, 10, 20, 60], device=device) * MS
+    values = torch.arange(4.0, device=device).unsqueeze(1)
+    offsets = torch.tensor([0, 4], device=device)
+    episode = torch.zeros(1, dtype=torch.int64, device=device)
+    q = torch.tensor([[-10, -1, 0, 15, 40, 60, 61, 70]], device=device) * MS // 1
+    q[0, 1] = -1000  # 1 us before the first sample
+    out, pad, age = robocache.sample_windows(values, times, offsets, episode, q, "previous")
+    assert out[0, :, 0].tolist() == [0, 0, 0, 1, 2, 3, 3, 3]
+    assert pad[0].tolist() == [True, True, False, False, False, False, True, True]
+    assert age[0].tolist() == [-10 * MS, -1000, 0, 5 * MS, 20 * MS, 0, MS, 10 * MS]
+    # An edge tolerance of 2 us accepts the query 1 us early.
+    _, pad, _ = robocache.sample_windows(
+        values, times, offsets, episode, q, "previous", edge_tolerance=2000
+    )
+    assert pad[0].tolist() == [True, False, False, False, False, False, True, True]
+    # A 12 ms tolerance flags the query inside the drop-out, for every mode.
+    for mode in ("previous", "nearest", "linear"):
+        out, pad, _ = robocache.sample_windows(
+            values, times, offsets, episode, q, mode, tolerance=12 * MS
+        )
+        assert pad[0, 4], mode  # 40 ms: 20 ms from either neighbour
+        assert not pad[0, 3], mode
+    # mean over (q - 10 ms, q]: the drop-out is an empty interval: padding.
+    out, pad, _ = robocache.sample_windows(
+        values, times, offsets, episode, q, "mean", interval=10 * MS
+    )
+    assert pad[0, 4] and not pad[0, 3] and not pad[0, 5]
+    assert out[0, 3, 0] == 1.0 and out[0, 4, 0] == 2.0  # the gap holds the previous sample
+
+
+def test_interval_mean_is_exact_against_float64():
+    # Force at 1 kHz down to 10 Hz: each output is the mean of 100 samples.
+    times = torch.arange(2000, dtype=torch.int64) * MS
+    values = torch.randn(2000, 6, dtype=torch.float64)
+    offsets = torch.tensor([0, 2000])
+    q = (torch.arange(1, 20) * 100 * MS).view(1, -1)
+    out, pad, _ = robocache.sample_windows(
+        values, times, offsets, torch.zeros(1, dtype=torch.int64), q, "mean", interval=100 * MS
+    )
+    # (q - 100 ms, q] holds samples 100 (k - 1) + 1 .. 100 k.
+    expected = torch.stack([values[k * 100 - 99 : k * 100 + 1].mean(0) for k in range(1, 20)])
+    assert_close(out[0], expected, rtol=1e-14, atol=1e-14)
+    assert not pad.any()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gradients(device, mode):
+    values, times, offsets = ragged(device=device, lengths=[5, 1, 0, 7])
+    episode, q = windows_for(times.cpu(), offsets.cpu(), device=device)
+    values.requires_grad_()
+    kw = dict(interval=30 * MS) if mode == "mean" else {}
+
+    def fn(v):
+        return robocache.sample_windows(v, times, offsets, episode, q, mode, **kw)[0]
+
+    assert torch.autograd.gradcheck(fn, (values,), check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(fn, (values,))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_opcheck(device, mode):
+    values, times, offsets = ragged(device=device, lengths=[3, 0, 6, 2])
+    episode, q = windows_for(times.cpu(), offsets.cpu(), device=device)
+    interval = 30 * MS if mode == "mean" else 0
+    torch.library.opcheck(
+        torch.ops.robocache.sample_windows,
+        (values.reshape(values.shape[0], -1), times, offsets, episode, q, mode, interval, -1, 0),
+    )
+    grad = torch.randn(*q.shape, values.shape[1], dtype=values.dtype, device=device)
+    torch.library.opcheck(
+        torch.ops.robocache._sample_windows_backward,
+        (grad, times, offsets, episode, q, mode, interval, -1, 0, values.shape[0]),
+    )
+
+
+def test_compiled_with_dynamic_shapes_never_recompiles(device):
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+
+    def windows(values, times, offsets, episode, q):
+        out, pad, _ = robocache.sample_windows(values, times, offsets, episode, q, "linear")
+        return out * (~pad).unsqueeze(-1)
+
+    compiled = torch.compile(windows, backend=counter, fullgraph=True, dynamic=True)
+    # Sizes chosen apart, so that duck sizing never ties two of them.
+    for B, lengths in [(5, [6, 0, 9, 1, 1]), (7, [8, 2, 0, 9, 1, 3, 0]), (11, [9] * 4 + [0] * 5)]:
+        values, times, offsets = ragged(device=device, lengths=lengths)
+        episode, q = windows_for(times.cpu(), offsets.cpu(), B=B, W=13, device=device)
+        assert_close(
+            compiled(values, times, offsets, episode, q),
+            windows(values, times, offsets, episode, q),
+        )
+    assert counter.frame_count == 1
+
+
+def test_errors():
+    values, times, offsets = ragged(lengths=[3, 2])
+    episode, q = torch.tensor([0, 1]), torch.zeros(2, 3, dtype=torch.int64)
+    call = robocache.sample_windows
+    with pytest.raises(ValueError, match="mode must be 'nearest', 'previous', 'linear' or 'mean'"):
+        call(values, times, offsets, episode, q, "cubic")
+    with pytest.raises(ValueError, match=r"mode 'mean' needs an interval > 0"):
+        call(values, times, offsets, episode, q, "mean")
+    with pytest.raises(TypeError, match=r"mode 'linear' needs float32.*got Byte"):
+        call(values.to(torch.uint8), times, offsets, episode, q, "linear")
+    with pytest.raises(ValueError, match=r"episode\[1\] = 2 is not an episode"):
+        call(values, times, offsets, torch.tensor([0, 2]), q)
+    with pytest.raises(ValueError, match="offsets must be non-decreasing"):
+        call(values, times, torch.tensor([0, 3, 2]), episode, q)
+    with pytest.raises(ValueError, match=r"offsets must lie in \[0, N = 5\]"):
+        call(values, times, torch.tensor([0, 3, 6]), episode, q)
+    with pytest.raises(ValueError, match="times must have one entry per row of values"):
+        call(values, times[:-1], offsets, episode, q)
+    with pytest.raises(TypeError, match="times must be int64"):
+        call(values, times.double(), offsets, episode, q)
+    with pytest.raises(ValueError, match="query_times must have one row per entry of episode"):
+        call(values, times, offsets, episode, q[:1])
+    with pytest.raises(ValueError, match="tolerance must be a non-negative int of nanoseconds"):
+        call(values, times, offsets, episode, q, tolerance=0.5)
+    with pytest.raises(TypeError, match=r"query_times must be a torch.Tensor.*torch.from_numpy"):
+        call(values, times, offsets, episode, q.numpy())
+
+
+@requires_cuda
+def test_cuda_bad_episode_indices_stay_in_bounds_without_a_sync():
+    values, times, offsets = ragged(lengths=[3, 2], device="cuda")
+    episode = torch.tensor([0, 5, -1, 1], device="cuda")
+    q = torch.zeros(4, 2, dtype=torch.int64, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out, pad, _ = robocache.sample_windows(values, times, offsets, episode, q, "linear")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert pad[1:3].all() and (out[1:3] == 0).all()
+
+
+@requires_cuda
+def test_cuda_graph_capture():
+    values, times, offsets = ragged(E=8, device="cuda", shape=(96, 96, 3), dtype=torch.uint8)
+    episode, q = windows_for(times.cpu(), offsets.cpu(), B=16, W=2, device="cuda")
+    robocache.sample_windows(values, times, offsets, episode, q)  # warm-up
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, pad, age = robocache.sample_windows(values, times, offsets, episode, q)
+    episode.copy_(torch.randint(0, 8, (16,), device="cuda"))
+    graph.replay()
+    expected = reference.sample_windows(values, times, offsets, episode, q)
+    for g, e in zip((out, pad, age), expected):
+        assert torch.equal(g, e)

@@ -53,7 +53,7 @@ format: $(VENV)/.lint
 
 $(VENV)/.deps:
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q "$(TORCH)" ninja pytest expecttest numpy setuptools wheel
+	$(PY) -m pip install -q "$(TORCH)" ninja pytest expecttest numpy safetensors tqdm setuptools wheel
 	touch $@
 
 $(VENV)/.built: $(VENV)/.deps $(SOURCES)

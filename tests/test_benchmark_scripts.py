@@ -2,6 +2,7 @@
 where no GPU with robocache's CUDA kernels is present it says so and exits
 instead of failing with a traceback."""
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import robocache
 
 BENCHMARK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmark")
 SCRIPTS = ["bwd_kernels.py", "voxel_kernels.py", "ncu_cases.py"]
+ALL_SCRIPTS = SCRIPTS + ["sampler.py"]
 
 
 def _run(script, *args):
@@ -24,7 +26,7 @@ def _run(script, *args):
     )
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", ALL_SCRIPTS)
 def test_help(script):
     r = _run(script, "--help")
     assert r.returncode == 0, r.stderr
@@ -47,3 +49,27 @@ def test_ncu_cases_rejects_unknown_kind():
     r = _run("ncu_cases.py", "resampel")
     assert r.returncode == 2
     assert "'resampel'" in r.stderr and "resample, fuse, voxelize" in r.stderr, r.stderr
+
+
+def test_sampler_benchmark_runs_small_on_any_device(tmp_path):
+    # The sampler benchmark runs where it is (a GPU or the CPU); --small is its smoke run.
+    out = tmp_path / "rows.json"
+    r = _run(
+        "sampler.py",
+        "--small",
+        "--device",
+        "cpu",
+        "--workers",
+        "0",
+        "--batches",
+        "2",
+        "--loader-batches",
+        "2",
+        "--json",
+        str(out),
+    )
+    assert r.returncode == 0, r.stderr
+
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["case"] for row in rows] == ["lowdim", "cameras"]
+    assert all(row["robocache_s"] > 0 and row["dataloader_0_workers_s"] > 0 for row in rows)

@@ -44,12 +44,28 @@ Ragged ragged_inputs(const at::Tensor& times, const at::Tensor& offsets, const a
   return r;
 }
 
-WindowPick pick_at(const Ragged& r, const WindowRule& rule, int64_t m) {
-  const int64_t* off = r.offsets.data_ptr<int64_t>();
-  const int64_t e = r.episode.data_ptr<int64_t>()[m / r.W];
-  return pick_window(r.times.data_ptr<int64_t>(), off[e], off[e + 1],
-                     r.query.data_ptr<int64_t>()[m], rule);
-}
+// Raw pointers of the index tensors, read once per call.
+struct RaggedView {
+  const int64_t *times, *offsets, *episode, *query;
+  int64_t W;
+
+  explicit RaggedView(const Ragged& r)
+      : times(r.times.data_ptr<int64_t>()),
+        offsets(r.offsets.data_ptr<int64_t>()),
+        episode(r.episode.data_ptr<int64_t>()),
+        query(r.query.data_ptr<int64_t>()),
+        W(r.W) {}
+
+  // Calls f(m, pick) for the queries m of windows [b_begin, b_end).
+  template <typename F>
+  void for_each_pick(const WindowRule& rule, int64_t b_begin, int64_t b_end, F&& f) const {
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      const int64_t e = episode[b], a = offsets[e], z = offsets[e + 1];
+      for (int64_t m = b * W; m < (b + 1) * W; ++m)
+        f(m, pick_window(times, a, z, query[m], rule));
+    }
+  }
+};
 
 template <typename value_t>
 void blend_rows(const WindowPick& p, const value_t* values, int64_t D, value_t* dst) {
@@ -87,12 +103,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cpu(
   const size_t row_bytes = size_t(D) * v.element_size();
   const auto* src = static_cast<const char*>(v.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, D));
+  const RaggedView view(r);
+  // Windows split between threads, a few thousand bytes of output each.
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, r.W * int64_t(row_bytes)));
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, blends ? values.scalar_type() : at::kFloat, "sample_windows", [&] {
-        at::parallel_for(0, r.B * r.W, grain, [&](int64_t begin, int64_t end) {
-          for (int64_t m = begin; m < end; ++m) {
-            const WindowPick p = pick_at(r, rule, m);
+        at::parallel_for(0, r.B, grain, [&](int64_t b_begin, int64_t b_end) {
+          view.for_each_pick(rule, b_begin, b_end, [&](int64_t m, const WindowPick& p) {
             pad_ptr[m] = p.pad;
             age_ptr[m] = p.age;
             char* row = dst + m * row_bytes;
@@ -104,7 +121,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cpu(
             } else {
               std::memcpy(row, src + p.i0 * row_bytes, row_bytes);
             }
-          }
+          });
         });
       });
   return {out, is_pad, age};
@@ -131,14 +148,14 @@ at::Tensor sample_windows_backward_cpu(const at::Tensor& grad_out, const at::Ten
         C* acc_ptr = acc.data_ptr<C>();
         const scalar_t* g_ptr = g.data_ptr<scalar_t>();
         // Channels split between threads, queries in order: deterministic sums.
+        const RaggedView view(r);
         at::parallel_for(0, D, 1, [&](int64_t d_begin, int64_t d_end) {
-          for (int64_t m = 0; m < r.B * r.W; ++m) {
-            const WindowPick p = pick_at(r, rule, m);
+          view.for_each_pick(rule, 0, r.B, [&](int64_t m, const WindowPick& p) {
             for_each_source(p, [&](int64_t row, double weight) {
               for (int64_t d = d_begin; d < d_end; ++d)
                 acc_ptr[row * D + d] += C(weight) * C(g_ptr[m * D + d]);
             });
-          }
+          });
         });
         grad_values =
             acc.scalar_type() == grad_out.scalar_type() ? acc : acc.to(grad_out.scalar_type());

@@ -1,0 +1,292 @@
+"""WindowSampler: batches of windows cut from an EpisodeStore on the device.
+
+Each batch is a handful of kernel launches (one ``sample_windows`` per key,
+plus a few index ops), with no worker processes, no per-sample Python and no
+host synchronization.
+"""
+
+import math
+import numbers
+
+import torch
+
+from .._windows import sample_windows
+
+__all__ = ["WindowSampler"]
+
+_NORMALIZE = ("mean_std", "min_max")
+_IMAGES = ("uint8", "float")
+# LeRobot's tolerance for timestamps that should coincide.
+_EDGE_TOLERANCE_S = 1e-4
+
+
+def _ns(seconds):
+    return int(round(float(seconds) * 1e9))
+
+
+def _seconds(x, what):
+    if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x):
+        raise ValueError(f"WindowSampler: {what} must be a finite number of seconds; got {x!r}")
+    return float(x)
+
+
+class WindowSampler:
+    """Windows of every key around anchor frames, batched on the device.
+
+    Args:
+        store: an EpisodeStore (on the GPU, or in pinned host memory with
+            ``device="cuda"``: then windows are cut on the host and each
+            batch is copied to the device).
+        delta_timestamps: key -> offsets in seconds from the anchor time
+            (any real values). Each key is sampled on its own clock at
+            ``anchor_time + delta``.
+        modes: key -> ``"nearest"`` (default), ``"previous"``, ``"linear"``
+            or ``"mean"`` (the mean of the samples in (q - interval, q]).
+        interval_s: key -> the interval of ``"mean"`` (default: the smallest
+            gap between that key's deltas).
+        tolerance_s: key -> seconds: a query whose samples used lie farther
+            than this is padding (a drop-out is never held or interpolated
+            across silently). Default: none.
+        edge_tolerance_s: a query this close outside an episode's samples is
+            not padding (LeRobot's 1e-4 s by default).
+        anchor: the key whose frames are the anchors (default: the key with
+            the most samples; ties go to the first key).
+        batch_size, shuffle, seed, drop_last: an epoch visits each anchor
+            once, in a permutation drawn on the device from (seed, epoch).
+        drop_n_last_frames: anchors exclude each episode's last n frames.
+        device: where batches go (default: the store's device).
+        normalize: key -> ``"mean_std"`` or ``"min_max"`` (to [-1, 1]), with
+            the store's statistics, on the device.
+        images: ``"uint8"`` (as stored) or ``"float"`` (uint8 keys as float32
+            in [0, 1]).
+        key_age: also return ``<key>_age``: seconds from the sample read to
+            the query (see sample_windows).
+
+    A batch is a dict: ``key`` (B, len(deltas), *shape), ``key_is_pad``
+    (B, len(deltas)) bool, and ``index``, ``episode_index``, ``frame_index``,
+    ``timestamp`` (float32 seconds), ``task_index``, each (B,).
+    """
+
+    def __init__(
+        self,
+        store,
+        delta_timestamps,
+        *,
+        modes=None,
+        interval_s=None,
+        tolerance_s=None,
+        edge_tolerance_s=_EDGE_TOLERANCE_S,
+        anchor=None,
+        batch_size=256,
+        shuffle=True,
+        seed=0,
+        drop_last=False,
+        drop_n_last_frames=0,
+        device=None,
+        normalize=None,
+        images="uint8",
+        key_age=False,
+    ):
+        self.store = store
+        self.device = torch.device(device) if device is not None else store.device
+        if not isinstance(delta_timestamps, dict) or not delta_timestamps:
+            raise ValueError(
+                "WindowSampler: delta_timestamps must be a non-empty dict key -> deltas"
+            )
+        modes, interval_s = dict(modes or {}), dict(interval_s or {})
+        tolerance_s, normalize = dict(tolerance_s or {}), dict(normalize or {})
+        for what, d in (
+            ("modes", modes),
+            ("interval_s", interval_s),
+            ("tolerance_s", tolerance_s),
+            ("normalize", normalize),
+        ):
+            unknown = sorted(set(d) - set(delta_timestamps))
+            if unknown:
+                raise ValueError(
+                    f"WindowSampler: {what} names keys not in delta_timestamps: {unknown}"
+                )
+        if images not in _IMAGES:
+            raise ValueError(f"WindowSampler: images must be 'uint8' or 'float'; got {images!r}")
+        edge = _ns(_seconds(edge_tolerance_s, "edge_tolerance_s"))
+        if edge < 0:
+            raise ValueError(
+                f"WindowSampler: edge_tolerance_s must be >= 0; got {edge_tolerance_s}"
+            )
+        self.keys = {}
+        for key, deltas in delta_timestamps.items():
+            self.keys[key] = self._key_plan(
+                key,
+                deltas,
+                modes.get(key, "nearest"),
+                interval_s.get(key),
+                tolerance_s.get(key),
+                edge,
+                normalize.get(key),
+                images,
+            )
+        self.anchor = (
+            anchor
+            if anchor is not None
+            else max(store.keys(), key=lambda k: store[k].values.shape[0])
+        )
+        anchor_stream = store[self.anchor]
+        if not isinstance(drop_n_last_frames, int) or drop_n_last_frames < 0:
+            raise ValueError(
+                f"WindowSampler: drop_n_last_frames must be an int >= 0; got {drop_n_last_frames!r}"
+            )
+        self._anchors = _anchor_rows(anchor_stream.offsets, drop_n_last_frames)
+        if self._anchors.numel() == 0:
+            raise ValueError(
+                f"WindowSampler: the store has no anchor frames (stream {self.anchor!r} is empty"
+                f"{' after dropping the last frames' if drop_n_last_frames else ''})"
+            )
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(
+                f"WindowSampler: batch_size must be a positive int; got {batch_size!r}"
+            )
+        if drop_last and batch_size > self._anchors.numel():
+            raise ValueError(
+                f"WindowSampler: batch_size {batch_size} exceeds the {self._anchors.numel()} anchors "
+                "of an epoch, and drop_last=True would leave no batch"
+            )
+        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, int(seed)
+        self.drop_last, self.key_age, self.epoch = drop_last, key_age, 0
+
+    def _key_plan(self, key, deltas, mode, interval, tolerance, edge, normalize, images):
+        stream = self.store[key]
+        if torch.is_tensor(deltas):
+            deltas = deltas.tolist()
+        deltas = [_seconds(d, f"delta_timestamps[{key!r}]") for d in deltas]
+        if not deltas:
+            raise ValueError(f"WindowSampler: delta_timestamps[{key!r}] is empty")
+        if mode == "mean" and interval is None:
+            gaps = [b - a for a, b in zip(sorted(deltas), sorted(deltas)[1:]) if b > a]
+            if not gaps:
+                raise ValueError(
+                    f"WindowSampler: mode 'mean' for {key!r} needs interval_s (one delta)"
+                )
+            interval = min(gaps)
+        scale = shift = None
+        if normalize is not None:
+            scale, shift = _normalizer(key, stream, normalize)
+        return {
+            "deltas": torch.tensor(
+                [_ns(d) for d in deltas], dtype=torch.int64, device=self.store.device
+            ),
+            "mode": mode,
+            "interval": 0 if interval is None else _ns(_seconds(interval, f"interval_s[{key!r}]")),
+            "tolerance": None
+            if tolerance is None
+            else _ns(_seconds(tolerance, f"tolerance_s[{key!r}]")),
+            "edge": edge,
+            "scale": scale,
+            "shift": shift,
+            "to_float": images == "float" and stream.values.dtype == torch.uint8,
+        }
+
+    # -- epochs --------------------------------------------------------------------
+
+    def set_epoch(self, epoch):
+        """The permutation of the next iteration is fixed by (seed, epoch)."""
+        self.epoch = int(epoch)
+
+    @property
+    def num_anchors(self):
+        return int(self._anchors.numel())
+
+    def __len__(self):
+        n = self.num_anchors
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self):
+        order = self._anchors
+        if self.shuffle:
+            gen = torch.Generator(device=order.device)
+            gen.manual_seed((self.seed * 1_000_003 + self.epoch) % (2**63))
+            order = order[torch.randperm(order.numel(), generator=gen, device=order.device)]
+        for i in range(len(self)):
+            yield self.batch_at(order[i * self.batch_size : (i + 1) * self.batch_size])
+
+    # -- one batch -------------------------------------------------------------------
+
+    def batch_at(self, index):
+        """The batch whose anchors are ``index``: global frame indices (rows)
+        of the anchor stream, a (B,) int64 tensor or a list."""
+        store = self.store
+        anchor = store[self.anchor]
+        index = torch.as_tensor(index, dtype=torch.int64, device=store.device)
+        episode = torch.searchsorted(anchor.offsets[1:], index, right=True)
+        anchor_time = anchor.times[index]
+        batch = {}
+        for key, plan in self.keys.items():
+            stream = store[key]
+            query = anchor_time.unsqueeze(1) + plan["deltas"]
+            values, is_pad, age = sample_windows(
+                stream.values,
+                stream.times,
+                stream.offsets,
+                episode,
+                query,
+                plan["mode"],
+                interval=plan["interval"],
+                tolerance=plan["tolerance"],
+                edge_tolerance=plan["edge"],
+            )
+            values = values.to(self.device, non_blocking=True)
+            if plan["to_float"]:
+                values = values.float().div_(255)
+            if plan["scale"] is not None:
+                values = values * plan["scale"].to(self.device) + plan["shift"].to(self.device)
+            batch[key] = values
+            batch[f"{key}_is_pad"] = is_pad.to(self.device, non_blocking=True)
+            if self.key_age:
+                batch[f"{key}_age"] = (
+                    (age.double() * 1e-9).float().to(self.device, non_blocking=True)
+                )
+        episodes = store.episodes
+        meta = {
+            "index": index,
+            "episode_index": episodes["episode_index"][episode],
+            "frame_index": index - anchor.offsets[episode],
+            "timestamp": (anchor_time.double() * 1e-9).float(),
+            "task_index": episodes["task_index"][episode],
+        }
+        for name, t in meta.items():
+            batch[name] = t.to(self.device, non_blocking=True)
+        return batch
+
+
+def _anchor_rows(offsets, drop_n_last_frames):
+    """Rows of the anchor stream that may anchor a window, on its device."""
+    counts = offsets[1:] - offsets[:-1]
+    episode = torch.repeat_interleave(torch.arange(counts.numel(), device=offsets.device), counts)
+    rows = torch.arange(episode.numel(), device=offsets.device)
+    if drop_n_last_frames:
+        rows = rows[rows < offsets[1:][episode] - drop_n_last_frames]
+    return rows
+
+
+def _normalizer(key, stream, how):
+    """(scale, shift) with x * scale + shift the normalized value (float32)."""
+    if how not in _NORMALIZE:
+        raise ValueError(
+            f"WindowSampler: normalize[{key!r}] must be 'mean_std' or 'min_max'; got {how!r}"
+        )
+    missing = [
+        s
+        for s in (("mean", "std") if how == "mean_std" else ("min", "max"))
+        if s not in stream.stats
+    ]
+    if missing:
+        raise ValueError(
+            f"WindowSampler: normalize[{key!r}] = {how!r} needs the store's {missing} statistics"
+        )
+    eps = 1e-8
+    if how == "mean_std":
+        scale = 1 / (stream.stats["std"] + eps)
+        shift = -stream.stats["mean"] * scale
+    else:
+        scale = 2 / (stream.stats["max"] - stream.stats["min"] + eps)
+        shift = -1 - stream.stats["min"] * scale
+    return scale.float(), shift.float()

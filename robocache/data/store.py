@@ -1,0 +1,399 @@
+"""EpisodeStore: a dataset's episodes packed once, kept where the model is.
+
+Each named stream (``"observation.state"``, ``"action"``,
+``"observation.images.top"``, ...) is packed: ``values`` (N, *shape) in any
+dtype, ``times`` (N,) int64 nanoseconds and ``offsets`` (E + 1,), episode
+``e`` owning rows ``offsets[e]:offsets[e + 1]``. Streams keep their own rates
+and may start and stop anywhere in an episode; an episode may have no samples
+of a stream. Windows are cut from it by ``robocache.sample_windows``
+(``robocache.data.WindowSampler``).
+"""
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import load, load_file, save_file
+from tqdm.auto import tqdm
+
+__all__ = ["EpisodeStore", "PackedStream"]
+
+_FORMAT = "robocache.EpisodeStore"
+_VERSION = "1"
+_FILE = "store.safetensors"
+_STATS = ("mean", "std", "min", "max")
+_META_KEYS = ("task", "episode_index", "length")
+
+
+@dataclass
+class PackedStream:
+    """One stream of every episode, back to back."""
+
+    values: torch.Tensor  # (N, *shape)
+    times: torch.Tensor  # (N,) int64 ns, non-decreasing within each episode
+    offsets: torch.Tensor  # (E + 1,) int64
+    stats: dict = field(default_factory=dict)  # name -> tensor of the sample shape (float64)
+
+    @property
+    def nbytes(self):
+        tensors = (self.values, self.times, self.offsets, *self.stats.values())
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def map(self, fn):
+        return PackedStream(
+            fn(self.values),
+            fn(self.times),
+            fn(self.offsets),
+            {k: fn(v) for k, v in self.stats.items()},
+        )
+
+
+class _Moments:
+    """Streaming per-element mean, variance (Chan's merge), min and max in float64."""
+
+    def __init__(self):
+        self.count, self.mean, self.m2, self.min, self.max = 0, None, None, None, None
+
+    def add(self, values):
+        n = values.shape[0]
+        if n == 0:
+            return
+        x = values.double()
+        mean, m2 = x.mean(0), ((x - x.mean(0)) ** 2).sum(0)
+        lo, hi = x.amin(0), x.amax(0)
+        if self.count == 0:
+            self.count, self.mean, self.m2, self.min, self.max = n, mean, m2, lo, hi
+            return
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean = self.mean + delta * (n / total)
+        self.m2 = self.m2 + m2 + delta**2 * (self.count * n / total)
+        self.min, self.max = torch.minimum(self.min, lo), torch.maximum(self.max, hi)
+        self.count = total
+
+    def result(self):
+        if self.count == 0:
+            return {}
+        std = (self.m2 / self.count).sqrt()
+        return {"mean": self.mean, "std": std, "min": self.min, "max": self.max}
+
+
+def _as_tensor(x, what):
+    if torch.is_tensor(x):
+        return x.detach().cpu()
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(x))
+    raise TypeError(
+        f"EpisodeStore: {what} must be a torch.Tensor or numpy array; got {type(x).__name__}"
+    )
+
+
+def _nanoseconds(times, what):
+    """int64 ns as given, or float seconds rounded to ns."""
+    if times.dtype == torch.int64:
+        return times
+    if times.is_floating_point():
+        if not torch.isfinite(times).all():
+            raise ValueError(f"EpisodeStore: {what} has NaN or infinite times")
+        return (times.double() * 1e9).round().to(torch.int64)
+    raise TypeError(
+        f"EpisodeStore: {what} must be int64 nanoseconds or float seconds; got {times.dtype}"
+    )
+
+
+class _Builder:
+    """Collects episodes one at a time; packs each stream once at the end."""
+
+    def __init__(self, stats):
+        self.stats = stats
+        self.chunks, self.counts, self.moments, self.specs = {}, {}, {}, {}
+        self.episode_index, self.lengths, self.task_index, self.tasks = [], [], [], {}
+
+    def add(self, e, episode):
+        if not isinstance(episode, dict):
+            raise TypeError(
+                f"EpisodeStore.from_episodes: episode {e} must be a dict of key -> "
+                f"(values, times); got {type(episode).__name__}"
+            )
+        counts = {}
+        for key, item in episode.items():
+            if key in _META_KEYS:
+                continue
+            where = f"episode {e}, stream {key!r}"
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise TypeError(f"EpisodeStore: {where} must be a (values, times) pair")
+            values = _as_tensor(item[0], f"{where} values")
+            times = _nanoseconds(_as_tensor(item[1], f"{where} times"), where)
+            if times.dim() != 1 or values.dim() < 1 or values.shape[0] != times.shape[0]:
+                raise ValueError(
+                    f"EpisodeStore: {where}: values (N, ...) and times (N,) must have the same "
+                    f"N; got values {tuple(values.shape)} and times {tuple(times.shape)}"
+                )
+            if times.numel() > 1 and bool((times[1:] < times[:-1]).any()):
+                i = int((times[1:] < times[:-1]).nonzero()[0])
+                raise ValueError(
+                    f"EpisodeStore: {where}: times must be non-decreasing; sample {i + 1} "
+                    f"({int(times[i + 1])} ns) comes before sample {i} ({int(times[i])} ns)"
+                )
+            spec = (values.dtype, tuple(values.shape[1:]))
+            if self.specs.setdefault(key, spec) != spec:
+                raise ValueError(
+                    f"EpisodeStore: {where}: dtype {spec[0]} and shape {spec[1]} differ from "
+                    f"the earlier episodes' {self.specs[key][0]} and {self.specs[key][1]}"
+                )
+            if key not in self.chunks:
+                self.chunks[key] = []
+                self.counts[key] = [0] * len(self.lengths)  # earlier episodes had none
+                self.moments[key] = _Moments()
+            self.chunks[key].append((values.contiguous(), times.contiguous()))
+            counts[key] = values.shape[0]
+            if self.stats and (values.is_floating_point() or values.dtype in _INTEGER_STATS):
+                self.moments[key].add(values)
+        for key in self.counts:
+            self.counts[key].append(counts.get(key, 0))
+        index = episode.get("episode_index", len(self.lengths))
+        length = episode.get("length", max(counts.values(), default=0))
+        task = episode.get("task", "")
+        if not isinstance(task, str):
+            raise TypeError(f"EpisodeStore: episode {e}: task must be a str; got {task!r}")
+        self.episode_index.append(int(index))
+        self.lengths.append(int(length))
+        self.task_index.append(self.tasks.setdefault(task, len(self.tasks)))
+
+    def finish(self, fps):
+        if not self.lengths:
+            raise ValueError("EpisodeStore.from_episodes: no episodes were given")
+        streams = {}
+        for key in list(self.chunks):
+            chunks = self.chunks.pop(key)  # freed as each stream is packed
+            dtype, shape = self.specs[key]
+            values = (
+                torch.cat([c[0] for c in chunks]) if chunks else torch.empty(0, *shape, dtype=dtype)
+            )
+            times = torch.cat([c[1] for c in chunks])
+            del chunks
+            offsets = torch.tensor([0] + self.counts[key], dtype=torch.int64).cumsum(0)
+            streams[key] = PackedStream(values, times, offsets, self.moments[key].result())
+        episodes = {
+            "episode_index": torch.tensor(self.episode_index, dtype=torch.int64),
+            "length": torch.tensor(self.lengths, dtype=torch.int64),
+            "task_index": torch.tensor(self.task_index, dtype=torch.int64),
+        }
+        return EpisodeStore(streams, episodes, list(self.tasks), fps)
+
+
+_INTEGER_STATS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+class EpisodeStore:
+    """Packed streams of E episodes on one device, with per-episode metadata.
+
+    Build one with ``EpisodeStore.from_episodes`` (or a loader), keep it with
+    ``save``/``load``, move it with ``to``. ``store[key]`` is a PackedStream.
+
+    Attributes:
+        streams: key -> PackedStream.
+        episodes: ``episode_index`` (the source's index), ``length`` (frames,
+            as the source counts them) and ``task_index``, each (E,) int64.
+        tasks: task strings; ``tasks[task_index]``.
+        fps: the source's frame rate, or None.
+    """
+
+    def __init__(self, streams, episodes, tasks, fps=None):
+        if not streams:
+            raise ValueError("EpisodeStore: a store needs at least one stream")
+        self.streams = dict(streams)
+        self.episodes = dict(episodes)
+        self.tasks = list(tasks)
+        self.fps = None if fps is None else float(fps)
+        E = self.num_episodes
+        for key, s in self.streams.items():
+            if s.offsets.shape != (E + 1,):
+                raise ValueError(
+                    f"EpisodeStore: stream {key!r} has offsets of shape {tuple(s.offsets.shape)}; "
+                    f"expected ({E + 1},) for {E} episodes"
+                )
+
+    # -- building --------------------------------------------------------------
+
+    @classmethod
+    def from_episodes(
+        cls, episodes, *, fps=None, stats=True, quantiles=(), progress=True, total=None
+    ):
+        """Packs episodes in one streaming pass.
+
+        Args:
+            episodes: an iterable of dicts, one per episode: key ->
+                (values (n, *shape), times (n,)) as tensors or numpy arrays,
+                times in int64 nanoseconds (or float seconds, rounded to ns),
+                non-decreasing. Optional entries: ``"task"`` (str),
+                ``"episode_index"`` (int; default: the position) and
+                ``"length"`` (int; default: the largest sample count).
+                A stream an episode lacks has no samples in it.
+            fps: the source's frame rate, if it has one.
+            stats: compute per-stream mean, std, min and max (float64, over
+                the samples, per element of the sample shape).
+            quantiles: e.g. ``(0.01, 0.99)``: also these quantiles (as
+                ``"q01"``, ``"q99"``), for streams of at most 4096 elements a
+                sample (not images).
+            progress: show a progress bar.
+            total: the number of episodes, for the bar, if ``episodes`` has no len().
+
+        Every episode's tensors are copied once into per-stream lists, and each
+        stream is packed (one concatenation) at the end: peak host memory is
+        the data plus its largest stream.
+        """
+        builder = _Builder(stats)
+        total = (
+            total
+            if total is not None
+            else (len(episodes) if hasattr(episodes, "__len__") else None)
+        )
+        bar = tqdm(episodes, total=total, disable=not progress, desc="packing episodes", unit="ep")
+        for e, episode in enumerate(bar):
+            builder.add(e, episode)
+        store = builder.finish(fps)
+        for q in quantiles:
+            store._add_quantile(float(q))
+        return store
+
+    def _add_quantile(self, q):
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"EpisodeStore: quantiles must lie in [0, 1]; got {q}")
+        name = f"q{round(q * 100):02d}"
+        for s in self.streams.values():
+            per_sample = math.prod(s.values.shape[1:])
+            if s.values.shape[0] == 0 or per_sample > 4096 or s.values.dtype == torch.bool:
+                continue
+            flat = s.values.reshape(s.values.shape[0], -1).double()
+            s.stats[name] = torch.quantile(flat, q, dim=0).reshape(s.values.shape[1:])
+
+    # -- what it holds -----------------------------------------------------------
+
+    @property
+    def num_episodes(self):
+        return int(self.episodes["episode_index"].shape[0])
+
+    @property
+    def device(self):
+        return next(iter(self.streams.values())).values.device
+
+    @property
+    def nbytes(self):
+        meta = sum(t.numel() * t.element_size() for t in self.episodes.values())
+        return meta + sum(s.nbytes for s in self.streams.values())
+
+    def keys(self):
+        return self.streams.keys()
+
+    def __getitem__(self, key):
+        try:
+            return self.streams[key]
+        except KeyError:
+            raise KeyError(
+                f"EpisodeStore: no stream {key!r}; the streams are {sorted(self.streams)}"
+            ) from None
+
+    def __contains__(self, key):
+        return key in self.streams
+
+    def __repr__(self):
+        lines = [
+            f"EpisodeStore({self.num_episodes} episodes, {len(self.tasks)} tasks, "
+            f"fps={self.fps}, device={self.device}, {_size(self.nbytes)})"
+        ]
+        for key, s in self.streams.items():
+            lines.append(
+                f"  {key}: {s.values.shape[0]} samples of {tuple(s.values.shape[1:])} "
+                f"{str(s.values.dtype).removeprefix('torch.')}, {_size(s.nbytes)}"
+            )
+        return "\n".join(lines)
+
+    # -- moving and keeping --------------------------------------------------------
+
+    def to(self, device, non_blocking=False):
+        """The store on ``device`` (a new store; the tensors are copied once)."""
+        fn = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return self._map(fn)
+
+    def pin_memory(self):
+        """The store in pinned host memory: for stores too large for the GPU,
+        whose batches the sampler then copies to it without blocking."""
+        return self._map(lambda t: t.pin_memory())
+
+    def _map(self, fn):
+        streams = {k: s.map(fn) for k, s in self.streams.items()}
+        episodes = {k: fn(v) for k, v in self.episodes.items()}
+        return EpisodeStore(streams, episodes, self.tasks, self.fps)
+
+    def save(self, directory):
+        """Writes ``directory/store.safetensors``: every tensor by name, the
+        keys, tasks and fps in its metadata. ``load`` maps it back."""
+        os.makedirs(directory, exist_ok=True)
+        tensors = {f"episodes/{k}": v.contiguous().cpu() for k, v in self.episodes.items()}
+        for key, s in self.streams.items():
+            tensors[f"streams/{key}/values"] = s.values.contiguous().cpu()
+            tensors[f"streams/{key}/times"] = s.times.contiguous().cpu()
+            tensors[f"streams/{key}/offsets"] = s.offsets.contiguous().cpu()
+            for name, t in s.stats.items():
+                tensors[f"streams/{key}/stats/{name}"] = t.contiguous().cpu()
+        meta = {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "keys": json.dumps(list(self.streams)),
+            "tasks": json.dumps(self.tasks),
+            "fps": json.dumps(self.fps),
+        }
+        save_file(tensors, os.path.join(directory, _FILE), metadata=meta)
+
+    @classmethod
+    def load(cls, directory, device=None, mmap=True):
+        """A store written by ``save``. With ``mmap`` the tensors map the file
+        (nothing is read until used); ``device`` moves them there."""
+        path = os.path.join(directory, _FILE)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"EpisodeStore.load: no {_FILE} in {directory}")
+        if mmap:
+            tensors = load_file(path)
+        else:
+            with open(path, "rb") as f:
+                tensors = load(f.read())
+        with safe_open(path, framework="pt") as f:
+            meta = f.metadata() or {}
+        if meta.get("format") != _FORMAT or meta.get("version") != _VERSION:
+            raise ValueError(
+                f"EpisodeStore.load: {path} is not an EpisodeStore of version {_VERSION} "
+                f"(format {meta.get('format')!r}, version {meta.get('version')!r})"
+            )
+        streams = {}
+        for key in json.loads(meta["keys"]):
+            prefix = f"streams/{key}/"
+            stats = {
+                name[len(prefix) + 6 :]: t
+                for name, t in tensors.items()
+                if name.startswith(prefix + "stats/")
+            }
+            streams[key] = PackedStream(
+                tensors[prefix + "values"],
+                tensors[prefix + "times"],
+                tensors[prefix + "offsets"],
+                stats,
+            )
+        episodes = {
+            name[len("episodes/") :]: t
+            for name, t in tensors.items()
+            if name.startswith("episodes/")
+        }
+        store = cls(streams, episodes, json.loads(meta["tasks"]), json.loads(meta["fps"]))
+        return store.to(device) if device is not None else store
+
+
+def _size(nbytes):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024

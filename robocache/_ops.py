@@ -156,7 +156,9 @@ def _check_time_resolution(t, valid, op):
         )
 
 
-def resample(values, times, query_times, lengths=None, mode="linear", *, check=False):
+def resample(
+    values, times, query_times, lengths=None, mode="linear", *, interval=None, check=False
+):
     """Resample batched trajectories onto new timestamps.
 
     Args:
@@ -169,8 +171,13 @@ def resample(values, times, query_times, lengths=None, mode="linear", *, check=F
         lengths: optional (B,) int64 tensor, the number of valid leading
             samples per row (default S). Samples past it are ignored.
         mode: ``"linear"`` (interpolate), ``"nearest"`` (closest sample; a tie
-            goes to the later one) or ``"previous"`` (zero-order hold: the last
-            sample at or before the query).
+            goes to the later one), ``"previous"`` (zero-order hold: the last
+            sample at or before the query) or ``"mean"`` (the mean of the
+            samples in ``(q - interval, q]``: downsampling without aliasing;
+            int64 times, run by ``sample_windows``; an empty interval holds
+            the previous sample).
+        interval: for ``"mean"``, the interval in the times' unit (int; e.g.
+            the query timeline's step in nanoseconds).
         check: validate the shapes, then ``lengths`` and the times (finite,
             non-decreasing, and for float32 fine enough to resolve their own
             spacing), and raise on a violation. This reads tensor data, so on
@@ -190,22 +197,77 @@ def resample(values, times, query_times, lengths=None, mode="linear", *, check=F
     a row with length < 1 comes out as NaN and a length above S is treated as
     S. The CPU kernel raises for lengths outside [1, S].
 
-    Gradients flow to ``values`` and ``query_times`` (for ``linear``, the
-    slope: the right-hand slope at a knot, zero outside the range; zero for
-    ``nearest`` and ``previous``), to any order. ``times`` takes no gradient:
-    a ``times`` that requires grad raises at backward.
+    Gradients flow to ``values``, ``query_times`` and floating ``times``
+    (for ``linear``, the slope: the right-hand slope at a knot, zero outside
+    the range; zero for ``nearest`` and ``previous``), to any order; for
+    ``mean``, to ``values`` only.
     """
     op = "robocache.resample"
     _tensor(values, "values", op)
     _tensor(times, "times", op)
     _tensor(query_times, "query_times", op)
     _tensor(lengths, "lengths", op, optional=True)
+    if mode == "mean":
+        return _resample_mean(values, times, query_times, lengths, interval, op)
     _mode(mode, "mode", op)
+    if interval is not None:
+        raise ValueError(f"{op}: interval is for mode 'mean' only; got mode {mode!r}")
     _require_kernels(op, values, times, query_times, lengths)
     if check:
         _OPS.resample(*_on_meta((values, times, query_times, lengths)), mode)  # shapes first
         _check_times_data(values, times, lengths, op)
     return _OPS.resample(values, times, query_times, lengths, mode)
+
+
+def _resample_mean(values, times, query_times, lengths, interval, op):
+    """resample's interval mean through sample_windows: each row is an
+    episode of a packed stream (its padding past ``lengths`` another, never
+    read)."""
+    from ._windows import sample_windows
+
+    if times.dtype != torch.int64 or query_times.dtype != torch.int64:
+        raise TypeError(
+            f"{op}: mode 'mean' needs int64 times and query_times (e.g. nanoseconds); got "
+            f"{times.dtype} and {query_times.dtype}"
+        )
+    if isinstance(interval, bool) or not isinstance(interval, numbers.Integral) or interval <= 0:
+        raise ValueError(f"{op}: mode 'mean' needs interval, a positive int; got {interval!r}")
+    if values.dim() != 3:
+        raise ValueError(f"{op}: values must be 3-D (B, S, D); got shape {list(values.shape)}")
+    B, S, D = values.shape
+    if times.shape not in ((S,), (B, S)) or query_times.dim() not in (1, 2):
+        raise ValueError(
+            f"{op}: times must be (B, S) or (S,) and query_times (B, T) or (T,); got values "
+            f"{list(values.shape)}, times {list(times.shape)}, query_times "
+            f"{list(query_times.shape)}"
+        )
+    device = values.device
+    starts = torch.arange(B, device=device) * S
+    if lengths is None:
+        offsets = torch.cat([starts, torch.full((1,), B * S, device=device)])
+        episode = torch.arange(B, device=device)
+    else:
+        if not values.is_cuda and bool(((lengths < 1) | (lengths > S)).any()):
+            raise ValueError(f"{op}: lengths must lie in [1, S = {S}]; got {lengths.tolist()}")
+        ends = starts + lengths.clamp(0, S)
+        offsets = torch.cat(
+            [torch.stack([starts, ends], 1).reshape(-1), starts.new_full((1,), B * S)]
+        )
+        episode = 2 * torch.arange(B, device=device)
+    query = query_times.expand(B, query_times.shape[-1]).contiguous()
+    flat_times = times.expand(B, S).reshape(B * S)
+    out, _, _ = sample_windows(
+        values.reshape(B * S, D),
+        flat_times,
+        offsets,
+        episode,
+        query,
+        "mean",
+        interval=int(interval),
+    )
+    if lengths is not None:  # a row without samples is NaN, as in the other modes
+        out = torch.where((lengths < 1).view(B, 1, 1), torch.full_like(out, torch.nan), out)
+    return out
 
 
 # ---------------------------------------------------------------------------

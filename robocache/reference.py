@@ -102,8 +102,10 @@ def blend(v0, v1, w):
     return torch.where(torch.isfinite(r), r, torch.where(w == 0, v0, fallback))
 
 
-def resample(values, times, query_times, lengths=None, mode="linear"):
+def resample(values, times, query_times, lengths=None, mode="linear", interval=None):
     """Reference for :func:`robocache.resample` (same arguments, same result)."""
+    if mode == "mean":
+        return _resample_mean(values, times, query_times, lengths, interval)
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}; got {mode!r}")
     B, S, D = values.shape
@@ -119,6 +121,29 @@ def resample(values, times, query_times, lengths=None, mode="linear"):
         out = v0
     out = torch.where(loc.nan.unsqueeze(-1), torch.full_like(out, torch.nan), out)
     return out.to(values.dtype)
+
+
+def _resample_mean(values, times, query_times, lengths, interval):
+    """The mean of each row's valid samples in (q - interval, q], in float64
+    (an empty interval holds the last sample at or before q, or the first)."""
+    B, S, D = values.shape
+    T = query_times.shape[-1]
+    t = times.expand(B, S).tolist()
+    q = query_times.expand(B, T).tolist()
+    n = [S] * B if lengths is None else lengths.tolist()
+    out = torch.full((B, T, D), torch.nan, dtype=torch.float64)
+    v = values.detach().cpu().double()
+    for b in range(B):
+        for j in range(T):
+            if n[b] < 1:
+                continue
+            rows = [s for s in range(n[b]) if q[b][j] - interval < t[b][s] <= q[b][j]]
+            if rows:
+                out[b, j] = v[b, rows].mean(0)
+            else:
+                held = [s for s in range(n[b]) if t[b][s] <= q[b][j]]
+                out[b, j] = v[b, held[-1] if held else 0]
+    return out.to(values.dtype).to(values.device)
 
 
 def fuse(streams, query_times, modes="linear"):

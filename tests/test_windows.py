@@ -228,3 +228,43 @@ def test_cuda_graph_capture():
     expected = reference.sample_windows(values, times, offsets, episode, q)
     for g, e in zip((out, pad, age), expected):
         assert torch.equal(g, e)
+
+
+# ---------------------------------------------------------------------------
+# resample's interval mean (run by sample_windows)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shared_times", [False, True])
+@pytest.mark.parametrize("with_lengths", [False, True])
+def test_resample_mean_is_exact_against_float64(device, shared_times, with_lengths):
+    B, S, T, D = 3, 400, 12, 5
+    rows = 1 if shared_times else B
+    times = torch.cumsum(torch.randint(0, 3 * MS, (rows, S)), 1)  # ~1 kHz, repeats included
+    times = (times[0] if shared_times else times).to(device)
+    values = torch.randn(B, S, D, dtype=torch.float64, device=device)
+    query = torch.randint(-20 * MS, 700 * MS, (B, T)).sort(1).values.to(device)
+    lengths = torch.tensor([S, 250, 1], device=device) if with_lengths else None
+    interval = 50 * MS
+    got = robocache.resample(values, times, query, lengths, "mean", interval=interval)
+    expected = reference.resample(values, times, query, lengths, "mean", interval=interval)
+    assert_close(got, expected, rtol=1e-13, atol=1e-13)
+    small = values[:, :40].detach().clone().requires_grad_()
+    small_times = times[..., :40]
+    assert torch.autograd.gradcheck(
+        lambda v: robocache.resample(v, small_times, query // 20, None, "mean", interval=interval),
+        (small,),
+    )
+
+
+def test_resample_mean_errors():
+    v, t = torch.randn(2, 5, 1), torch.arange(5)
+    q = torch.arange(3).expand(2, 3)
+    with pytest.raises(ValueError, match="mode 'mean' needs interval, a positive int; got None"):
+        robocache.resample(v, t, q, mode="mean")
+    with pytest.raises(TypeError, match="mode 'mean' needs int64 times"):
+        robocache.resample(v, t.double(), q.double(), mode="mean", interval=1)
+    with pytest.raises(ValueError, match="interval is for mode 'mean' only"):
+        robocache.resample(v, t, q, mode="linear", interval=1)
+    with pytest.raises(ValueError, match=r"lengths must lie in \[1, S = 5\]"):
+        robocache.resample(v, t, q, torch.tensor([5, 0]), mode="mean", interval=1)

@@ -208,6 +208,8 @@ def resample(
     _tensor(query_times, "query_times", op)
     _tensor(lengths, "lengths", op, optional=True)
     if mode == "mean":
+        if check:
+            _check_times_data(values, times, lengths, op)
         return _resample_mean(values, times, query_times, lengths, interval, op)
     _mode(mode, "mode", op)
     if interval is not None:
@@ -235,6 +237,8 @@ def _resample_mean(values, times, query_times, lengths, interval, op):
     if values.dim() != 3:
         raise ValueError(f"{op}: values must be 3-D (B, S, D); got shape {list(values.shape)}")
     B, S, D = values.shape
+    if S == 0:
+        raise ValueError(f"{op}: values has no source samples (S == 0); resampling needs one")
     if times.shape not in ((S,), (B, S)) or query_times.dim() not in (1, 2):
         raise ValueError(
             f"{op}: times must be (B, S) or (S,) and query_times (B, T) or (T,); got values "

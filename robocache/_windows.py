@@ -4,6 +4,7 @@ The wrapper over ``torch.ops.robocache.sample_windows`` and its autograd
 (reverse, forward and double backward: the op is linear in ``values``).
 """
 
+import math
 import numbers
 
 import torch
@@ -91,7 +92,7 @@ def sample_windows(
         raise ValueError(f"{_OP}: values must be (N, *shape); got a 0-d tensor")
     _require_kernels(_OP, values)
     shape = values.shape[1:]
-    flat = values.reshape(values.shape[0], -1)
+    flat = values.reshape(values.shape[0], math.prod(shape))
     out, is_pad, age = _OPS.sample_windows(
         flat, times, offsets, episode, query_times, mode, interval, tolerance, edge_tolerance
     )

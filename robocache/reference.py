@@ -258,8 +258,9 @@ def sample_windows(
     edge_tolerance=0,
 ):
     """robocache.sample_windows, query by query in Python integers (the
-    oracle: plain and slow). Blends are computed in the operators' compute
-    dtype (float32 for float16/bfloat16/float32), averages in float64."""
+    oracle: plain and slow). Blends and averages are computed in the
+    operators' compute dtype (float32 for float16/bfloat16/float32), adding
+    in sample order as the kernels do."""
     N, shape = values.shape[0], values.shape[1:]
     flat = values.reshape(N, -1).cpu()
     t, off = times.tolist(), offsets.tolist()
@@ -287,8 +288,11 @@ def sample_windows(
             elif mode == "mean":
                 lo = bisect.bisect_right(t, q - interval, a, k)
                 span, pad = ((lo, k), False) if lo < k else (None, True)
-            if span is not None:
-                value = flat[span[0] : span[1]].double().mean(0)
+            if span is not None:  # summed in order in the compute dtype, as the kernels do
+                total = torch.zeros(flat.shape[1], dtype=compute)
+                for r in range(span[0], span[1]):
+                    total += flat[r].to(compute)
+                value = total / (span[1] - span[0])
                 oldest, newest, aged = span[0], span[1] - 1, span[1] - 1
             elif w > 0:
                 v0, v1 = flat[i0].to(compute), flat[i1].to(compute)

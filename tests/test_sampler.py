@@ -230,3 +230,43 @@ def test_batches_on_the_gpu_match_the_cpu(pinned):
         for key in b:
             assert a[key].device.type == "cuda"
             assert torch.equal(a[key].cpu(), b[key]), key
+
+
+def test_normalised_images_as_float_use_the_stored_statistics():
+    store = EpisodeStore.from_episodes(lerobot_like([6, 7]), progress=False)
+    keys = {"observation.images.top": [0.0]}
+    as_uint8 = WindowSampler(
+        store, keys, shuffle=False, batch_size=13, normalize={"observation.images.top": "mean_std"}
+    )
+    as_float = WindowSampler(
+        store,
+        keys,
+        shuffle=False,
+        batch_size=13,
+        normalize={"observation.images.top": "mean_std"},
+        images="float",
+    )
+    assert_close(
+        next(iter(as_float))["observation.images.top"],
+        next(iter(as_uint8))["observation.images.top"],
+    )
+
+
+def test_timestamps_are_seconds_into_the_episode():
+    start = 1_700_000_000 * 10**9  # unix-epoch nanoseconds, as ROS logs have them
+    t = start + torch.arange(20) * 50 * MS
+    store = EpisodeStore.from_episodes([{"x": (torch.zeros(20, 1), t)}], progress=False)
+    batch = WindowSampler(store, {"x": [0.0]}, shuffle=False, batch_size=20).batch_at(
+        torch.arange(20)
+    )
+    assert_close(batch["timestamp"], torch.arange(20) * 0.05)
+
+
+def test_a_blending_mode_on_integer_values_fails_at_construction():
+    store = EpisodeStore.from_episodes(lerobot_like([3]), progress=False)
+    with pytest.raises(
+        ValueError, match=r"mode 'linear' for 'observation.images.top' needs floating values"
+    ):
+        WindowSampler(
+            store, {"observation.images.top": [0.0]}, modes={"observation.images.top": "linear"}
+        )

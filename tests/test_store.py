@@ -172,3 +172,49 @@ def test_device_and_pinned_copies():
     )
     pinned = store.pin_memory()
     assert pinned["force"].values.is_pinned() and pinned.device.type == "cpu"
+
+
+def test_an_iterator_that_reuses_its_buffers_loses_nothing():
+    buffer, times = torch.zeros(4, 2), torch.arange(4)
+
+    def reusing():
+        for e in range(3):
+            buffer.fill_(e)  # a decoder writing each episode into the same memory
+            yield {"x": (buffer, times)}
+
+    store = EpisodeStore.from_episodes(reusing(), progress=False)
+    assert store["x"].values[:, 0].tolist() == [0.0] * 4 + [1.0] * 4 + [2.0] * 4
+
+
+def test_keys_with_any_characters_round_trip(tmp_path):
+    t = torch.arange(3)
+    eps = [
+        {
+            "cam": (torch.zeros(3), t),
+            "cam/stats": (torch.ones(3), t),
+            "obs/state": (torch.full((3,), 2.0), t),
+        }
+    ]
+    store = EpisodeStore.from_episodes(eps, progress=False)
+    store.save(tmp_path)
+    store.save(tmp_path)  # saving over an existing cache replaces it whole
+    loaded = EpisodeStore.load(tmp_path)
+    assert list(loaded.keys()) == ["cam", "cam/stats", "obs/state"]
+    for key in store.keys():
+        assert torch.equal(loaded[key].values, store[key].values)
+        assert loaded[key].stats.keys() == store[key].stats.keys()
+
+
+def test_quantile_names():
+    from robocache.data.store import quantile_name
+
+    assert [quantile_name(q) for q in (0.01, 0.1, 0.5, 0.99, 0.995, 1.0)] == [
+        "q01",
+        "q10",
+        "q50",
+        "q99",
+        "q99_5",
+        "q100",
+    ]
+    with pytest.raises(ValueError, match="asked for twice"):
+        EpisodeStore.from_episodes(episodes(2), progress=False, quantiles=(0.5, 0.5))

@@ -268,3 +268,26 @@ def test_resample_mean_errors():
         robocache.resample(v, t, q, mode="linear", interval=1)
     with pytest.raises(ValueError, match=r"lengths must lie in \[1, S = 5\]"):
         robocache.resample(v, t, q, torch.tensor([5, 0]), mode="mean", interval=1)
+
+
+def test_an_empty_stream_gives_zeros_and_padding(device):
+    values = torch.zeros(0, 2, 3, device=device)
+    times = torch.zeros(0, dtype=torch.int64, device=device)
+    offsets = torch.zeros(3, dtype=torch.int64, device=device)
+    episode = torch.tensor([0, 1], device=device)
+    q = torch.zeros(2, 4, dtype=torch.int64, device=device)
+    out, pad, age = robocache.sample_windows(values, times, offsets, episode, q)
+    assert out.shape == (2, 4, 2, 3) and (out == 0).all() and pad.all() and (age == 0).all()
+
+
+def test_extreme_times_do_not_overflow():
+    big = 2**62
+    times = torch.tensor([-big, big])
+    values = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
+    offsets, episode = torch.tensor([0, 2]), torch.tensor([0])
+    q = torch.tensor([[-(2**63), 0, 2**63 - 1]])
+    for mode in ("nearest", "linear"):
+        got = robocache.sample_windows(values, times, offsets, episode, q, mode)
+        expected = reference.sample_windows(values, times, offsets, episode, q, mode)
+        for g, e in zip(got, expected):
+            assert torch.equal(g, e), mode

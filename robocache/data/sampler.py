@@ -64,7 +64,8 @@ class WindowSampler:
 
     A batch is a dict: ``key`` (B, len(deltas), *shape), ``key_is_pad``
     (B, len(deltas)) bool, and ``index``, ``episode_index``, ``frame_index``,
-    ``timestamp`` (float32 seconds), ``task_index``, each (B,).
+    ``timestamp`` (float32 seconds since the episode's first anchor frame),
+    ``task_index``, each (B,).
     """
 
     def __init__(
@@ -167,9 +168,18 @@ class WindowSampler:
                     f"WindowSampler: mode 'mean' for {key!r} needs interval_s (one delta)"
                 )
             interval = min(gaps)
+        if mode in ("linear", "mean") and not stream.values.is_floating_point():
+            raise ValueError(
+                f"WindowSampler: mode {mode!r} for {key!r} needs floating values; the stream "
+                f"holds {stream.values.dtype} (use 'nearest' or 'previous')"
+            )
+        to_float = images == "float" and stream.values.dtype == torch.uint8
         scale = shift = None
         if normalize is not None:
             scale, shift = _normalizer(key, stream, normalize)
+            if to_float:  # the statistics are of the stored 0..255 values
+                scale = scale * 255
+            scale, shift = scale.to(self.device), shift.to(self.device)
         return {
             "deltas": torch.tensor(
                 [_ns(d) for d in deltas], dtype=torch.int64, device=self.store.device
@@ -182,7 +192,7 @@ class WindowSampler:
             "edge": edge,
             "scale": scale,
             "shift": shift,
-            "to_float": images == "float" and stream.values.dtype == torch.uint8,
+            "to_float": to_float,
         }
 
     # -- epochs --------------------------------------------------------------------
@@ -233,28 +243,34 @@ class WindowSampler:
                 tolerance=plan["tolerance"],
                 edge_tolerance=plan["edge"],
             )
-            values = values.to(self.device, non_blocking=True)
+            values = self._move(values)
             if plan["to_float"]:
                 values = values.float().div_(255)
             if plan["scale"] is not None:
-                values = values * plan["scale"].to(self.device) + plan["shift"].to(self.device)
+                values = values * plan["scale"] + plan["shift"]
             batch[key] = values
-            batch[f"{key}_is_pad"] = is_pad.to(self.device, non_blocking=True)
+            batch[f"{key}_is_pad"] = self._move(is_pad)
             if self.key_age:
-                batch[f"{key}_age"] = (
-                    (age.double() * 1e-9).float().to(self.device, non_blocking=True)
-                )
+                batch[f"{key}_age"] = self._move((age.double() * 1e-9).float())
         episodes = store.episodes
         meta = {
             "index": index,
             "episode_index": episodes["episode_index"][episode],
             "frame_index": index - anchor.offsets[episode],
-            "timestamp": (anchor_time.double() * 1e-9).float(),
+            "timestamp": (
+                (anchor_time - anchor.times[anchor.offsets[episode]]).double() * 1e-9
+            ).float(),
             "task_index": episodes["task_index"][episode],
         }
         for name, t in meta.items():
-            batch[name] = t.to(self.device, non_blocking=True)
+            batch[name] = self._move(t)
         return batch
+
+    def _move(self, t):
+        # Non-blocking only host-to-device (a device-to-host copy must be
+        # complete before the host reads it).
+        host_to_device = t.device.type == "cpu" and self.device.type != "cpu"
+        return t.to(self.device, non_blocking=host_to_device)
 
 
 def _anchor_rows(offsets, drop_n_last_frames):

@@ -59,9 +59,14 @@ class _Moments:
         self.count, self.mean, self.m2, self.min, self.max = 0, None, None, None, None
 
     def add(self, values):
+        """Adds the samples in chunks of rows, so the float64 temporaries stay small."""
+        per_row = max(1, math.prod(values.shape[1:]))
+        step = max(1, (1 << 22) // per_row)
+        for start in range(0, values.shape[0], step):
+            self._add(values[start : start + step])
+
+    def _add(self, values):
         n = values.shape[0]
-        if n == 0:
-            return
         x = values.double()
         mean, m2 = x.mean(0), ((x - x.mean(0)) ** 2).sum(0)
         lo, hi = x.amin(0), x.amax(0)
@@ -83,10 +88,11 @@ class _Moments:
 
 
 def _as_tensor(x, what):
+    """A CPU tensor of its own: an iterator may reuse its buffers."""
     if torch.is_tensor(x):
-        return x.detach().cpu()
+        return x.detach().to("cpu", copy=True)
     if isinstance(x, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(x))
+        return torch.from_numpy(np.array(x, copy=True))
     raise TypeError(
         f"EpisodeStore: {what} must be a torch.Tensor or numpy array; got {type(x).__name__}"
     )
@@ -264,13 +270,16 @@ class EpisodeStore:
     def _add_quantile(self, q):
         if not 0.0 <= q <= 1.0:
             raise ValueError(f"EpisodeStore: quantiles must lie in [0, 1]; got {q}")
-        name = f"q{round(q * 100):02d}"
+        name = quantile_name(q)
         for s in self.streams.values():
             per_sample = math.prod(s.values.shape[1:])
             if s.values.shape[0] == 0 or per_sample > 4096 or s.values.dtype == torch.bool:
                 continue
-            flat = s.values.reshape(s.values.shape[0], -1).double()
-            s.stats[name] = torch.quantile(flat, q, dim=0).reshape(s.values.shape[1:])
+            if name in s.stats:
+                raise ValueError(f"EpisodeStore: quantile {q} is asked for twice (as {name})")
+            flat = s.values.reshape(s.values.shape[0], per_sample).cpu().double().numpy()
+            value = torch.from_numpy(np.quantile(flat, q, axis=0))
+            s.stats[name] = value.reshape(s.values.shape[1:]).to(s.values.device)
 
     # -- what it holds -----------------------------------------------------------
 
@@ -331,16 +340,19 @@ class EpisodeStore:
         return EpisodeStore(streams, episodes, self.tasks, self.fps)
 
     def save(self, directory):
-        """Writes ``directory/store.safetensors``: every tensor by name, the
-        keys, tasks and fps in its metadata. ``load`` maps it back."""
+        """Writes ``directory/store.safetensors`` (a new file renamed into
+        place): every tensor by name, the keys, tasks and fps in its
+        metadata. ``load`` maps it back."""
         os.makedirs(directory, exist_ok=True)
         tensors = {f"episodes/{k}": v.contiguous().cpu() for k, v in self.episodes.items()}
-        for key, s in self.streams.items():
-            tensors[f"streams/{key}/values"] = s.values.contiguous().cpu()
-            tensors[f"streams/{key}/times"] = s.times.contiguous().cpu()
-            tensors[f"streams/{key}/offsets"] = s.offsets.contiguous().cpu()
+        # Streams are named by position (keys may hold any character); the
+        # keys are in the metadata, in that order.
+        for i, s in enumerate(self.streams.values()):
+            tensors[f"streams/{i}/values"] = s.values.contiguous().cpu()
+            tensors[f"streams/{i}/times"] = s.times.contiguous().cpu()
+            tensors[f"streams/{i}/offsets"] = s.offsets.contiguous().cpu()
             for name, t in s.stats.items():
-                tensors[f"streams/{key}/stats/{name}"] = t.contiguous().cpu()
+                tensors[f"streams/{i}/stats/{name}"] = t.contiguous().cpu()
         meta = {
             "format": _FORMAT,
             "version": _VERSION,
@@ -348,7 +360,11 @@ class EpisodeStore:
             "tasks": json.dumps(self.tasks),
             "fps": json.dumps(self.fps),
         }
-        save_file(tensors, os.path.join(directory, _FILE), metadata=meta)
+        # A new file, then a rename: a store loaded (mapped) from this file
+        # stays valid, and a crash never leaves half a cache.
+        path = os.path.join(directory, _FILE)
+        save_file(tensors, path + ".tmp", metadata=meta)
+        os.replace(path + ".tmp", path)
 
     @classmethod
     def load(cls, directory, device=None, mmap=True):
@@ -370,8 +386,8 @@ class EpisodeStore:
                 f"(format {meta.get('format')!r}, version {meta.get('version')!r})"
             )
         streams = {}
-        for key in json.loads(meta["keys"]):
-            prefix = f"streams/{key}/"
+        for i, key in enumerate(json.loads(meta["keys"])):
+            prefix = f"streams/{i}/"
             stats = {
                 name[len(prefix) + 6 :]: t
                 for name, t in tensors.items()
@@ -390,6 +406,16 @@ class EpisodeStore:
         }
         store = cls(streams, episodes, json.loads(meta["tasks"]), json.loads(meta["fps"]))
         return store.to(device) if device is not None else store
+
+
+def quantile_name(q):
+    """q01 for 0.01, q99 for 0.99 (LeRobot's names); q99_5 for 0.995."""
+    percent = round(q * 100, 6)
+    return (
+        f"q{int(percent):02d}"
+        if percent == int(percent)
+        else "q" + f"{percent:g}".replace(".", "_")
+    )
 
 
 def _size(nbytes):

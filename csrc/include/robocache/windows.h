@@ -44,10 +44,14 @@ ROBOCACHE_HD int64_t saturating_sub(int64_t a, int64_t b) {
   return s;
 }
 
-// |a - b| > tol, for tol >= 0, without overflow.
+// |a - b| without overflow.
+ROBOCACHE_HD uint64_t distance(int64_t a, int64_t b) {
+  return a >= b ? uint64_t(a) - uint64_t(b) : uint64_t(b) - uint64_t(a);
+}
+
+// |a - b| > tol, for tol >= 0.
 ROBOCACHE_HD bool farther_than(int64_t a, int64_t b, int64_t tol) {
-  const uint64_t d = a >= b ? uint64_t(a) - uint64_t(b) : uint64_t(b) - uint64_t(a);
-  return d > uint64_t(tol);
+  return distance(a, b) > uint64_t(tol);
 }
 
 // The first row in [lo, hi) whose time is > q (hi if none).
@@ -89,14 +93,14 @@ ROBOCACHE_HD WindowPick pick_window(const int64_t* times, int64_t a, int64_t b, 
     case WindowMode::Nearest:
       if (k == a) {
         p.i0 = p.i1 = a;
-      } else if (k < b && times[k] - q <= q - times[k - 1]) {  // t[k-1] <= q < t[k]
-        p.i0 = p.i1 = k;
+      } else if (k < b && distance(times[k], q) <= distance(q, times[k - 1])) {
+        p.i0 = p.i1 = k;  // t[k-1] <= q < t[k], and t[k] is as close or closer
       }
       break;
     case WindowMode::Linear:
       if (k > a && k < b && times[k - 1] < q) {
         p.i1 = k;
-        p.w = double(q - times[k - 1]) / double(times[k] - times[k - 1]);
+        p.w = double(distance(q, times[k - 1])) / double(distance(times[k], times[k - 1]));
       }
       break;
     case WindowMode::Mean: {

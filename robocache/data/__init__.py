@@ -7,7 +7,8 @@ nanosecond times, episode offsets) and keeps them on one device;
 processes and no per-sample Python.
 """
 
+from .loaders import load_robomimic, load_zarr
 from .sampler import WindowSampler
 from .store import EpisodeStore, PackedStream
 
-__all__ = ["EpisodeStore", "PackedStream", "WindowSampler"]
+__all__ = ["EpisodeStore", "PackedStream", "WindowSampler", "load_robomimic", "load_zarr"]

@@ -1,0 +1,8 @@
+"""Loaders: one small module per format, each a thin adapter that reads the
+format with its own library and streams episodes into
+``EpisodeStore.from_episodes``."""
+
+from .robomimic import load_robomimic
+from .zarr import load_zarr
+
+__all__ = ["load_robomimic", "load_zarr"]

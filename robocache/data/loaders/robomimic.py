@@ -1,0 +1,104 @@
+"""robomimic HDF5 datasets (h5py): ``data/demo_N`` groups holding
+``actions``, ``rewards``, ``dones``, ``states``, ``obs/<key>`` and
+``next_obs/<key>``, each with ``num_samples`` rows; splits in
+``mask/<filter_key>``. There are no timestamps: frame k is at k / fps."""
+
+import re
+
+from ..store import EpisodeStore
+from ._common import LoaderError, frame_times, skipping
+
+__all__ = ["load_robomimic"]
+
+
+def _datasets(group, prefix=""):
+    """Paths of every dataset under a demo group, in file order."""
+    import h5py
+
+    out = []
+    for name, item in group.items():
+        path = f"{prefix}{name}"
+        if isinstance(item, h5py.Dataset):
+            out.append(path)
+        elif isinstance(item, h5py.Group):
+            out += _datasets(item, path + "/")
+    return out
+
+
+def _demo_number(name):
+    match = re.fullmatch(r"demo_(\d+)", name)
+    return int(match.group(1)) if match else None
+
+
+def load_robomimic(path, fps, keys=None, filter_key=None, *, progress=True, skip_bad=False):
+    """An EpisodeStore of a robomimic HDF5 file, one episode per demo.
+
+    Args:
+        path: the .hdf5 file.
+        fps: the rate the demos were recorded at (robomimic stores none).
+        keys: stream names to load, as paths in a demo group (``"actions"``,
+            ``"obs/robot0_joint_pos"``); default: every dataset of the first demo.
+        filter_key: load only the demos listed in ``mask/<filter_key>``.
+        skip_bad: skip demos that fail a check (reported in a warning)
+            instead of raising.
+
+    Demos load in the order of their numbers; ``episode_index`` is N of
+    ``demo_N``. Each demo is read whole, one at a time.
+    """
+    import h5py
+
+    where = f"load_robomimic({path})"
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise LoaderError(f"{where}: cannot open the file: {e}") from e
+    with f:
+        if "data" not in f:
+            raise LoaderError(f"{where}: no 'data' group (not a robomimic file)")
+        data = f["data"]
+        names = sorted((n for n in data if _demo_number(n) is not None), key=_demo_number)
+        if filter_key is not None:
+            if f"mask/{filter_key}" not in f:
+                masks = sorted(f["mask"]) if "mask" in f else []
+                raise LoaderError(f"{where}: no mask/{filter_key}; the masks are {masks}")
+            wanted = {
+                n.decode() if isinstance(n, bytes) else str(n) for n in f[f"mask/{filter_key}"][()]
+            }
+            names = [n for n in names if n in wanted]
+        if not names:
+            raise LoaderError(f"{where}: no demos to load")
+        keys = list(keys) if keys is not None else _datasets(data[names[0]])
+
+        def demo(name):
+            group = data[name]
+            here = f"{where}, {name}"
+            n = group.attrs.get("num_samples")
+            episode = {"episode_index": _demo_number(name)}
+            for key in keys:
+                if key not in group:
+                    raise LoaderError(f"{here}: no key {key!r}")
+                try:
+                    values = group[key][()]
+                except OSError as e:
+                    raise LoaderError(
+                        f"{here}, key {key!r}: cannot be read (truncated?): {e}"
+                    ) from e
+                if n is None:
+                    n = values.shape[0]
+                if values.ndim == 0 or values.shape[0] != n:
+                    raise LoaderError(
+                        f"{here}, key {key!r}: {values.shape[0] if values.ndim else 0} rows, but num_samples is {n}"
+                    )
+                episode[key] = (values, frame_times(n, fps, where))
+            episode["length"] = int(n)
+            return episode
+
+        episodes = skipping(((n, lambda n=n: demo(n)) for n in names), skip_bad, where)
+        try:
+            return EpisodeStore.from_episodes(
+                episodes, fps=fps, progress=progress, total=len(names)
+            )
+        except ValueError as e:
+            if isinstance(e, LoaderError):
+                raise
+            raise LoaderError(f"{where}: {e}") from e

@@ -1,0 +1,137 @@
+"""Loaders: fixtures written by each format's own library, read back exactly."""
+
+import h5py  # the test environment has every format's library (make test installs them)
+import numpy as np
+import pytest
+import torch
+import zarr
+
+from robocache.data import load_robomimic, load_zarr
+from robocache.data.loaders._common import LoaderError
+
+FPS = 20
+
+
+def frame_ns(n):
+    return [round(k * 1e9 / FPS) for k in range(n)]
+
+
+# ---------------------------------------------------------------------------
+# robomimic HDF5
+# ---------------------------------------------------------------------------
+
+
+def write_robomimic(path, lengths=(5, 1, 9)):
+    """demo_0, demo_1, demo_10, ... as robomimic writes them."""
+    rng = np.random.default_rng()
+    demos = {}
+    with h5py.File(path, "w") as f:
+        data = f.create_group("data")
+        data.attrs["env_args"] = '{"env_name": "Lift"}'
+        for i, n in zip((0, 1, 10), lengths):
+            g = data.create_group(f"demo_{i}")
+            g.attrs["num_samples"] = n
+            demo = {
+                "actions": rng.standard_normal((n, 7)).astype(np.float32),
+                "rewards": rng.standard_normal(n),
+                "dones": (rng.random(n) < 0.2).astype(np.int64),
+                "obs/robot0_joint_pos": rng.standard_normal((n, 7)),
+                "obs/agentview_image": rng.integers(0, 256, (n, 8, 6, 3), dtype=np.uint8),
+                "next_obs/robot0_joint_pos": rng.standard_normal((n, 7)),
+            }
+            for key, value in demo.items():
+                g.create_dataset(key, data=value)
+            demos[f"demo_{i}"] = demo
+        f.create_dataset("mask/train", data=np.array([b"demo_0", b"demo_10"]))
+    return demos
+
+
+def test_robomimic_round_trip_is_exact(tmp_path):
+    path = tmp_path / "demos.hdf5"
+    demos = write_robomimic(path)
+    store = load_robomimic(path, fps=FPS, progress=False)
+    assert set(store.keys()) == set(demos["demo_0"])
+    assert store.episodes["episode_index"].tolist() == [0, 1, 10]
+    for e, demo in enumerate(demos.values()):
+        for key, value in demo.items():
+            s = store[key]
+            a, z = s.offsets[e], s.offsets[e + 1]
+            assert torch.equal(s.values[a:z], torch.from_numpy(value)), key
+            assert s.times[a:z].tolist() == frame_ns(len(value))
+
+
+def test_robomimic_filter_key_and_keys(tmp_path):
+    path = tmp_path / "demos.hdf5"
+    write_robomimic(path)
+    store = load_robomimic(path, fps=FPS, keys=["actions"], filter_key="train", progress=False)
+    assert list(store.keys()) == ["actions"] and store.episodes["episode_index"].tolist() == [0, 10]
+    with pytest.raises(LoaderError, match=r"no mask/valid; the masks are \['train'\]"):
+        load_robomimic(path, fps=FPS, filter_key="valid", progress=False)
+
+
+def test_robomimic_bad_files(tmp_path):
+    path = tmp_path / "demos.hdf5"
+    write_robomimic(path)
+    with pytest.raises(LoaderError, match=r"demos.hdf5\), demo_0: no key 'obs/eef_pos'"):
+        load_robomimic(path, fps=FPS, keys=["obs/eef_pos"], progress=False)
+    with h5py.File(path, "a") as f:
+        f["data/demo_1"].attrs["num_samples"] = 4
+    with pytest.raises(LoaderError, match=r"demo_1, key 'actions': 1 rows, but num_samples is 4"):
+        load_robomimic(path, fps=FPS, progress=False)
+    with pytest.warns(UserWarning, match="skipped 1 bad episode"):
+        store = load_robomimic(path, fps=FPS, progress=False, skip_bad=True)
+    assert store.episodes["episode_index"].tolist() == [0, 10]
+    truncated = tmp_path / "truncated.hdf5"
+    truncated.write_bytes(path.read_bytes()[:2000])
+    with pytest.raises(LoaderError, match=r"truncated.hdf5\): cannot open the file"):
+        load_robomimic(truncated, fps=FPS, progress=False)
+    with pytest.raises(ValueError, match="fps must be a positive number"):
+        load_robomimic(path, fps=0, progress=False, keys=["rewards"], filter_key="train")
+
+
+# ---------------------------------------------------------------------------
+# Diffusion Policy zarr replay buffers
+# ---------------------------------------------------------------------------
+
+
+def write_replay_buffer(path, lengths=(4, 1, 7)):
+    rng = np.random.default_rng()
+    N = sum(lengths)
+    arrays = {
+        "action": rng.standard_normal((N, 2)).astype(np.float32),
+        "state": rng.standard_normal((N, 5)),
+        "img": rng.integers(0, 256, (N, 4, 4, 3), dtype=np.uint8),
+    }
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    for key, value in arrays.items():
+        root.create_array(f"data/{key}", data=value, chunks=(3,) + value.shape[1:])
+    root.create_array("meta/episode_ends", data=np.cumsum(lengths).astype(np.int64))
+    return arrays, lengths
+
+
+def test_zarr_round_trip_is_exact(tmp_path):
+    arrays, lengths = write_replay_buffer(tmp_path / "buffer.zarr")
+    store = load_zarr(tmp_path / "buffer.zarr", fps=FPS, progress=False)
+    assert set(store.keys()) == set(arrays)
+    ends = np.cumsum((0,) + lengths)
+    for key, value in arrays.items():
+        s = store[key]
+        assert s.offsets.tolist() == ends.tolist()
+        assert torch.equal(s.values, torch.from_numpy(value))
+        for e, n in enumerate(lengths):
+            assert s.times[ends[e] : ends[e + 1]].tolist() == frame_ns(n)
+
+
+def test_zarr_bad_buffers(tmp_path):
+    write_replay_buffer(tmp_path / "buffer.zarr")
+    with pytest.raises(
+        LoaderError, match=r"no data/gripper; the arrays are \['action', 'img', 'state'\]"
+    ):
+        load_zarr(tmp_path / "buffer.zarr", fps=FPS, keys=["gripper"], progress=False)
+    root = zarr.open_group(str(tmp_path / "buffer.zarr"), mode="a")
+    root["meta/episode_ends"][:] = np.array([4, 5, 20])
+    with pytest.raises(LoaderError, match=r"key 'action': 12 rows, but episode_ends reaches 20"):
+        load_zarr(tmp_path / "buffer.zarr", fps=FPS, progress=False)
+    with pytest.raises(LoaderError, match="needs data/<key> arrays and meta/episode_ends"):
+        zarr.open_group(str(tmp_path / "empty.zarr"), mode="w", zarr_format=2)
+        load_zarr(tmp_path / "empty.zarr", fps=FPS, progress=False)

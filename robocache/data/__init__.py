@@ -7,8 +7,15 @@ nanosecond times, episode offsets) and keeps them on one device;
 processes and no per-sample Python.
 """
 
-from .loaders import load_robomimic, load_zarr
+from .loaders import load_calvin, load_robomimic, load_zarr
 from .sampler import WindowSampler
 from .store import EpisodeStore, PackedStream
 
-__all__ = ["EpisodeStore", "PackedStream", "WindowSampler", "load_robomimic", "load_zarr"]
+__all__ = [
+    "EpisodeStore",
+    "PackedStream",
+    "WindowSampler",
+    "load_calvin",
+    "load_robomimic",
+    "load_zarr",
+]

@@ -2,7 +2,8 @@
 format with its own library and streams episodes into
 ``EpisodeStore.from_episodes``."""
 
+from .calvin import load_calvin
 from .robomimic import load_robomimic
 from .zarr import load_zarr
 
-__all__ = ["load_robomimic", "load_zarr"]
+__all__ = ["load_calvin", "load_robomimic", "load_zarr"]

@@ -3,7 +3,8 @@ format with its own library and streams episodes into
 ``EpisodeStore.from_episodes``."""
 
 from .calvin import load_calvin
+from .lerobot import load_lerobot
 from .robomimic import load_robomimic
 from .zarr import load_zarr
 
-__all__ = ["load_calvin", "load_robomimic", "load_zarr"]
+__all__ = ["load_calvin", "load_lerobot", "load_robomimic", "load_zarr"]

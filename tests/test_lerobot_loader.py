@@ -1,0 +1,203 @@
+"""load_lerobot on LeRobot v3 datasets written here with pyarrow and PyAV,
+following the format (meta/info.json, meta/episodes, meta/tasks, data and
+video files holding many episodes each)."""
+
+import json
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from robocache.data import WindowSampler, load_lerobot
+from robocache.data.loaders._common import LoaderError
+
+FPS = 10
+H = W = 64  # SVT-AV1 wants frames of at least 64 x 64
+
+
+def encode(path, frames, codec):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w", format="mp4") as container:
+        stream = container.add_stream(codec, rate=FPS)
+        stream.width, stream.height, stream.pix_fmt = W, H, "yuv420p"
+        for image in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1"):
+    """A v3 dataset: one data file and one video file holding every episode."""
+    rng = np.random.default_rng()
+    n = sum(lengths)
+    state = rng.standard_normal((n, 4)).astype(np.float32)
+    action = rng.standard_normal((n, 2)).astype(np.float32)
+    episode = np.repeat(np.arange(len(lengths)), lengths)
+    frame = np.concatenate([np.arange(k) for k in lengths])
+    timestamp = (frame / FPS).astype(np.float32)
+    tasks = ["pick the cube", "open the drawer"]
+    task = episode % 2
+    data = pa.table(
+        {
+            "observation.state": pa.array(list(state), type=pa.list_(pa.float32(), 4)),
+            "action": pa.array(list(action), type=pa.list_(pa.float32(), 2)),
+            "timestamp": timestamp,
+            "frame_index": frame,
+            "episode_index": episode,
+            "index": np.arange(n),
+            "task_index": task,
+        }
+    )
+    (root / "data/chunk-000").mkdir(parents=True)
+    pq.write_table(data, root / "data/chunk-000/file-000.parquet")
+    # Smooth images (they survive lossy coding), different in every frame.
+    ramp = np.linspace(0, 1, W)[None, :, None]
+    images = np.stack(
+        [(40 + 15 * (i % 12) + 60 * ramp * np.ones((H, 1, 3))).astype(np.uint8) for i in range(n)]
+    )
+    encode(root / "videos/observation.images.top/chunk-000/file-000.mp4", images, codec)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    rows = {
+        "episode_index": list(range(len(lengths))),
+        "tasks": [[tasks[e % 2]] for e in range(len(lengths))],
+        "length": list(lengths),
+        "data/chunk_index": [0] * len(lengths),
+        "data/file_index": [0] * len(lengths),
+        "dataset_from_index": [int(s) for s in starts],
+        "dataset_to_index": [int(s + k) for s, k in zip(starts, lengths)],
+        "videos/observation.images.top/chunk_index": [0] * len(lengths),
+        "videos/observation.images.top/file_index": [0] * len(lengths),
+        "videos/observation.images.top/from_timestamp": [float(s / FPS) for s in starts],
+        "videos/observation.images.top/to_timestamp": [
+            float((s + k) / FPS) for s, k in zip(starts, lengths)
+        ],
+    }
+    (root / "meta/episodes/chunk-000").mkdir(parents=True)
+    pq.write_table(pa.table(rows), root / "meta/episodes/chunk-000/file-000.parquet")
+    pq.write_table(pa.table({"task": tasks, "task_index": [0, 1]}), root / "meta/tasks.parquet")
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [4], "names": None},
+        "action": {"dtype": "float32", "shape": [2], "names": None},
+        "observation.images.top": {
+            "dtype": "video",
+            "shape": [H, W, 3],
+            "names": ["height", "width", "channel"],
+            "info": {"video.codec": "av1" if codec == "libsvtav1" else "h264", "video.fps": FPS},
+        },
+    }
+    for name, dtype in (
+        ("timestamp", "float32"),
+        ("frame_index", "int64"),
+        ("episode_index", "int64"),
+        ("index", "int64"),
+        ("task_index", "int64"),
+    ):
+        features[name] = {"dtype": dtype, "shape": [1], "names": None}
+    info = {
+        "codebase_version": "v3.0",
+        "fps": FPS,
+        "total_episodes": len(lengths),
+        "total_frames": n,
+        "chunks_size": 1000,
+        "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+        "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
+        "features": features,
+    }
+    (root / "meta/info.json").write_text(json.dumps(info))
+    return {
+        "state": state,
+        "action": action,
+        "timestamp": timestamp,
+        "images": images,
+        "lengths": lengths,
+        "tasks": tasks,
+    }
+
+
+def decode_all(path):
+    with av.open(str(path)) as container:
+        return [(f.time, f.to_ndarray(format="rgb24")) for f in container.decode(video=0)]
+
+
+@pytest.mark.parametrize("codec", ["libsvtav1", "libx264"])
+def test_round_trip(tmp_path, codec):
+    written = write_lerobot(tmp_path, codec=codec)
+    store = load_lerobot(tmp_path, progress=False)
+    lengths = written["lengths"]
+    assert set(store.keys()) == {"observation.state", "action", "observation.images.top"}
+    assert store.fps == FPS and store.tasks == ["pick the cube", "open the drawer"]
+    assert store.episodes["task_index"].tolist() == [0, 1, 0]
+    ends = np.cumsum((0,) + lengths).tolist()
+    for key, name in (("observation.state", "state"), ("action", "action")):
+        assert torch.equal(store[key].values, torch.from_numpy(written[name]))
+        assert store[key].offsets.tolist() == ends
+        assert store[key].times.tolist() == [
+            round(float(t) * 1e9) for t in written["timestamp"].astype(np.float64)
+        ]
+    # Video: exactly the frames a plain decode of the file gives, on their own clock.
+    video = store["observation.images.top"]
+    decoded = decode_all(tmp_path / "videos/observation.images.top/chunk-000/file-000.mp4")
+    assert video.offsets.tolist() == ends
+    assert torch.equal(video.values, torch.from_numpy(np.stack([image for _, image in decoded])))
+    for e, start in enumerate(ends[:-1]):
+        t = video.times[ends[e] : ends[e + 1]]
+        assert t.tolist() == [
+            round((decoded[start + k][0] - start / FPS) * 1e9) for k in range(lengths[e])
+        ]
+    # The video is lossy, but close to what was written.
+    assert (video.values.float() - torch.from_numpy(written["images"]).float()).abs().mean() < 3
+
+
+def test_sampler_parity_on_loaded_data(tmp_path):
+    write_lerobot(tmp_path)
+    store = load_lerobot(tmp_path, progress=False)
+    deltas = [-0.1, 0.0, 0.1, 0.2]
+    sampler = WindowSampler(
+        store,
+        {"action": deltas, "observation.images.top": [-0.1, 0.0]},
+        shuffle=False,
+        batch_size=14,
+    )
+    batch = next(iter(sampler))
+    offsets = store["action"].offsets
+    for b in range(14):
+        e = int(torch.searchsorted(offsets[1:], torch.tensor(b), right=True))
+        start, end = int(offsets[e]), int(offsets[e + 1])
+        rows = [b + round(d * FPS) for d in deltas]
+        clamped = [min(max(r, start), end - 1) for r in rows]
+        assert torch.equal(batch["action"][b], store["action"].values[clamped])
+        assert batch["action_is_pad"][b].tolist() == [not start <= r < end for r in rows]
+        video_rows = [min(max(b + r, start), end - 1) for r in (-1, 0)]
+        assert torch.equal(
+            batch["observation.images.top"][b], store["observation.images.top"].values[video_rows]
+        )
+
+
+def test_bad_datasets(tmp_path):
+    write_lerobot(tmp_path)
+    with pytest.raises(LoaderError, match=r"no feature 'observation.wrist'"):
+        load_lerobot(tmp_path, keys=["observation.wrist"], progress=False)
+    # A video shorter than its table: cut the file's last episode short.
+    rows = pq.read_table(tmp_path / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    rows[2]["length"] = 9
+    rows[2]["dataset_to_index"] += 1
+    pq.write_table(
+        pa.Table.from_pylist(rows), tmp_path / "meta/episodes/chunk-000/file-000.parquet"
+    )
+    with pytest.raises(LoaderError, match=r"episode 2.*the data file holds 8 of its 9 rows"):
+        load_lerobot(tmp_path, progress=False)
+    with pytest.raises(
+        LoaderError,
+        match=r"episode 2, key 'observation.images.top'.*8 frames of the segment, the table 9",
+    ):
+        load_lerobot(tmp_path, keys=["observation.images.top"], progress=False)
+    with pytest.warns(UserWarning, match="skipped 1 bad episode"):
+        store = load_lerobot(tmp_path, progress=False, skip_bad=True)
+    assert store.episodes["episode_index"].tolist() == [0, 1]
+    (tmp_path / "meta/info.json").write_text(json.dumps({"codebase_version": "v2.1"}))
+    with pytest.raises(LoaderError, match="codebase_version 'v2.1' is not v3"):
+        load_lerobot(tmp_path, progress=False)

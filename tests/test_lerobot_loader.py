@@ -201,3 +201,34 @@ def test_bad_datasets(tmp_path):
     (tmp_path / "meta/info.json").write_text(json.dumps({"codebase_version": "v2.1"}))
     with pytest.raises(LoaderError, match="codebase_version 'v2.1' is not v3"):
         load_lerobot(tmp_path, progress=False)
+
+
+def test_train_from_lerobot_example_runs_and_caches(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    write_lerobot(tmp_path / "dataset")
+    example = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        "examples",
+        "train_from_lerobot.py",
+    )
+    command = [
+        sys.executable,
+        example,
+        str(tmp_path / "dataset"),
+        "--cache",
+        str(tmp_path / "cache"),
+        "--steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--device",
+        "cpu",
+    ]
+    for _ in range(2):  # the second run maps the cache
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        assert "step 3: loss" in result.stdout
+    assert (tmp_path / "cache" / "store.safetensors").exists()

@@ -270,3 +270,14 @@ def test_a_blending_mode_on_integer_values_fails_at_construction():
         WindowSampler(
             store, {"observation.images.top": [0.0]}, modes={"observation.images.top": "linear"}
         )
+
+
+def test_images_as_lerobot_returns_them():
+    store = EpisodeStore.from_episodes(lerobot_like([6, 7], cam_shape=(5, 4, 3)), progress=False)
+    keys = {"observation.images.top": [-0.1, 0.0]}
+    raw = next(iter(WindowSampler(store, keys, shuffle=False, batch_size=13)))[
+        "observation.images.top"
+    ]
+    chw = next(iter(WindowSampler(store, keys, shuffle=False, batch_size=13, images="float_chw")))
+    assert chw["observation.images.top"].shape == (13, 2, 3, 5, 4)
+    assert torch.equal(chw["observation.images.top"], raw.permute(0, 1, 4, 2, 3).float() / 255)

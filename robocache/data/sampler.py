@@ -15,7 +15,7 @@ from .._windows import sample_windows
 __all__ = ["WindowSampler"]
 
 _NORMALIZE = ("mean_std", "min_max")
-_IMAGES = ("uint8", "float")
+_IMAGES = ("uint8", "float", "float_chw")
 # LeRobot's tolerance for timestamps that should coincide.
 _EDGE_TOLERANCE_S = 1e-4
 
@@ -57,8 +57,9 @@ class WindowSampler:
         device: where batches go (default: the store's device).
         normalize: key -> ``"mean_std"`` or ``"min_max"`` (to [-1, 1]), with
             the store's statistics, on the device.
-        images: ``"uint8"`` (as stored) or ``"float"`` (uint8 keys as float32
-            in [0, 1]).
+        images: ``"uint8"`` (as stored), ``"float"`` (uint8 keys as float32
+            in [0, 1]) or ``"float_chw"`` (as LeRobot returns them: float32 in
+            [0, 1], and (H, W, C) frames as (C, H, W)).
         key_age: also return ``<key>_age``: seconds from the sample read to
             the query (see sample_windows).
 
@@ -108,7 +109,9 @@ class WindowSampler:
                     f"WindowSampler: {what} names keys not in delta_timestamps: {unknown}"
                 )
         if images not in _IMAGES:
-            raise ValueError(f"WindowSampler: images must be 'uint8' or 'float'; got {images!r}")
+            raise ValueError(
+                f"WindowSampler: images must be 'uint8', 'float' or 'float_chw'; got {images!r}"
+            )
         edge = _ns(_seconds(edge_tolerance_s, "edge_tolerance_s"))
         if edge < 0:
             raise ValueError(
@@ -173,7 +176,8 @@ class WindowSampler:
                 f"WindowSampler: mode {mode!r} for {key!r} needs floating values; the stream "
                 f"holds {stream.values.dtype} (use 'nearest' or 'previous')"
             )
-        to_float = images == "float" and stream.values.dtype == torch.uint8
+        to_float = images != "uint8" and stream.values.dtype == torch.uint8
+        to_chw = to_float and images == "float_chw" and stream.values.dim() == 4
         scale = shift = None
         if normalize is not None:
             scale, shift = _normalizer(key, stream, normalize)
@@ -193,6 +197,7 @@ class WindowSampler:
             "scale": scale,
             "shift": shift,
             "to_float": to_float,
+            "to_chw": to_chw,
         }
 
     # -- epochs --------------------------------------------------------------------
@@ -248,6 +253,8 @@ class WindowSampler:
                 values = values.float().div_(255)
             if plan["scale"] is not None:
                 values = values * plan["scale"] + plan["shift"]
+            if plan["to_chw"]:  # (B, W, H, W', C) -> (B, W, C, H, W')
+                values = values.movedim(-1, -3)
             batch[key] = values
             batch[f"{key}_is_pad"] = self._move(is_pad)
             if self.key_age:

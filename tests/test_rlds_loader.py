@@ -1,0 +1,150 @@
+"""load_rlds on RLDS shards written here with the tfrecord package's writer
+(tf.train.Example episodes) and a TFDS features.json."""
+
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from tfrecord import TFRecordWriter
+
+from robocache.data import load_rlds
+from robocache.data.loaders._common import LoaderError
+
+FPS = 5
+
+
+def tensor(shape, dtype):
+    return {
+        "pythonClassName": "tensorflow_datasets.core.features.tensor_feature.Tensor",
+        "tensor": {
+            "shape": {"dimensions": [str(d) for d in shape]},
+            "dtype": dtype,
+            "encoding": "none",
+        },
+    }
+
+
+def features_json():
+    observation = {
+        "featuresDict": {
+            "features": {
+                "image": {
+                    "pythonClassName": "tensorflow_datasets.core.features.image_feature.Image",
+                    "image": {
+                        "shape": {"dimensions": ["8", "10", "3"]},
+                        "dtype": "uint8",
+                        "encodingFormat": "png",
+                    },
+                },
+                "state": tensor([6], "float32"),
+            }
+        }
+    }
+    steps = {
+        "featuresDict": {
+            "features": {
+                "observation": observation,
+                "action": tensor([3], "float32"),
+                "reward": tensor([], "float32"),
+                "is_first": tensor([], "bool"),
+                "language_instruction": {
+                    "pythonClassName": "tensorflow_datasets.core.features.text_feature.Text",
+                    "text": {},
+                },
+            }
+        }
+    }
+    return {
+        "pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
+        "featuresDict": {
+            "features": {
+                "steps": {
+                    "pythonClassName": "tensorflow_datasets.core.features.dataset_feature.Dataset",
+                    "sequence": {"feature": steps, "length": "-1"},
+                }
+            }
+        },
+    }
+
+
+def png(image):
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def write_rlds(root, lengths=(3, 1, 5), shards=2):
+    rng = np.random.default_rng()
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "features.json").write_text(json.dumps(features_json()))
+    episodes = []
+    for e, n in enumerate(lengths):
+        episodes.append(
+            {
+                "observation/image": rng.integers(0, 256, (n, 8, 10, 3), dtype=np.uint8),
+                "observation/state": rng.standard_normal((n, 6)).astype(np.float32),
+                "action": rng.standard_normal((n, 3)).astype(np.float32),
+                "reward": rng.standard_normal(n).astype(np.float32),
+                "is_first": np.arange(n) == 0,
+                "task": f"task {e}",
+            }
+        )
+    per_shard = -(-len(episodes) // shards)
+    for s in range(shards):
+        writer = TFRecordWriter(str(root / f"demo-train.tfrecord-{s:05d}-of-{shards:05d}"))
+        for ep in episodes[s * per_shard : (s + 1) * per_shard]:
+            n = len(ep["action"])
+            writer.write(
+                {
+                    "steps/observation/image": (
+                        [png(im) for im in ep["observation/image"]],
+                        "byte",
+                    ),
+                    "steps/observation/state": (
+                        ep["observation/state"].reshape(-1).tolist(),
+                        "float",
+                    ),
+                    "steps/action": (ep["action"].reshape(-1).tolist(), "float"),
+                    "steps/reward": (ep["reward"].tolist(), "float"),
+                    "steps/is_first": (ep["is_first"].astype(int).tolist(), "int"),
+                    "steps/language_instruction": ([ep["task"].encode()] * n, "byte"),
+                }
+            )
+        writer.close()
+    return episodes
+
+
+def test_rlds_round_trip_is_exact(tmp_path):
+    episodes = write_rlds(tmp_path)
+    store = load_rlds(tmp_path, fps=FPS, progress=False)
+    assert set(store.keys()) == {
+        "observation/image",
+        "observation/state",
+        "action",
+        "reward",
+        "is_first",
+    }
+    assert store.tasks == ["task 0", "task 1", "task 2"]
+    for key in store.keys():
+        expected = np.concatenate([ep[key] for ep in episodes])
+        assert torch.equal(store[key].values, torch.from_numpy(expected)), key
+        for e, ep in enumerate(episodes):
+            a, z = store[key].offsets[e], store[key].offsets[e + 1]
+            assert store[key].times[a:z].tolist() == [
+                round(k * 1e9 / FPS) for k in range(len(ep["action"]))
+            ]
+
+
+def test_rlds_bad_datasets(tmp_path):
+    write_rlds(tmp_path / "ok")
+    with pytest.raises(LoaderError, match=r"no step feature 'observation/wrist'"):
+        load_rlds(tmp_path / "ok", fps=FPS, keys=["observation/wrist"], progress=False)
+    with pytest.raises(LoaderError, match=r"no \*-test.tfrecord-\* shards"):
+        load_rlds(tmp_path / "ok", fps=FPS, split="test", progress=False)
+    shard = tmp_path / "ok" / "demo-train.tfrecord-00001-of-00002"
+    shard.write_bytes(shard.read_bytes()[:-40])
+    with pytest.raises(LoaderError, match=r"demo-train.tfrecord-00001-of-00002"):
+        load_rlds(tmp_path / "ok", fps=FPS, progress=False)

@@ -7,7 +7,7 @@ nanosecond times, episode offsets) and keeps them on one device;
 processes and no per-sample Python.
 """
 
-from .loaders import load_calvin, load_lerobot, load_rlds, load_robomimic, load_zarr
+from .loaders import load_bag, load_calvin, load_lerobot, load_rlds, load_robomimic, load_zarr
 from .sampler import WindowSampler
 from .store import EpisodeStore, PackedStream
 
@@ -15,6 +15,7 @@ __all__ = [
     "EpisodeStore",
     "PackedStream",
     "WindowSampler",
+    "load_bag",
     "load_calvin",
     "load_lerobot",
     "load_rlds",

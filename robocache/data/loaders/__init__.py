@@ -2,10 +2,11 @@
 format with its own library and streams episodes into
 ``EpisodeStore.from_episodes``."""
 
+from .bags import load_bag
 from .calvin import load_calvin
 from .lerobot import load_lerobot
 from .rlds import load_rlds
 from .robomimic import load_robomimic
 from .zarr import load_zarr
 
-__all__ = ["load_calvin", "load_lerobot", "load_rlds", "load_robomimic", "load_zarr"]
+__all__ = ["load_bag", "load_calvin", "load_lerobot", "load_rlds", "load_robomimic", "load_zarr"]

@@ -188,3 +188,32 @@ def test_header_times_that_go_backwards_are_an_error(tmp_path):
         tmp_path / "back", {"/joint_states": "position"}, time_source="log", progress=False
     )
     assert logged["/joint_states.position"].times.tolist() == [T0, T0 + MS, T0 + 2 * MS]
+
+
+def test_ros1_bags(tmp_path):
+    from rosbags.rosbag1 import Writer as Ros1Writer
+
+    ts = get_typestore(Stores.ROS1_NOETIC)
+    JointState, Header, Time = (
+        ts.types["sensor_msgs/msg/JointState"],
+        ts.types["std_msgs/msg/Header"],
+        ts.types["builtin_interfaces/msg/Time"],
+    )
+    rng = np.random.default_rng()
+    positions, stamps = rng.standard_normal((6, 3)), [T0 + k * 2 * MS for k in range(6)]
+    with Ros1Writer(tmp_path / "run.bag") as writer:
+        conn = writer.add_connection("/joint_states", "sensor_msgs/msg/JointState", typestore=ts)
+        for k, (q, t) in enumerate(zip(positions, stamps)):
+            msg = JointState(
+                header=Header(
+                    seq=k, stamp=Time(sec=t // 10**9, nanosec=t % 10**9), frame_id="base"
+                ),
+                name=["a", "b", "c"],
+                position=q,
+                velocity=np.zeros(3),
+                effort=np.zeros(3),
+            )
+            writer.write(conn, t + MS, ts.serialize_ros1(msg, "sensor_msgs/msg/JointState"))
+    store = load_bag(tmp_path / "run.bag", {"/joint_states": "position"}, progress=False)
+    assert torch.equal(store["/joint_states.position"].values, torch.from_numpy(positions))
+    assert store["/joint_states.position"].times.tolist() == stamps

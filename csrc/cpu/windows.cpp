@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <vector>
 
 #include "robocache/error.h"
 #include "robocache/window_checks.h"
@@ -147,15 +148,21 @@ at::Tensor sample_windows_backward_cpu(const at::Tensor& grad_out, const at::Ten
             at::zeros({N, D}, grad_out.options().dtype(c10::CppTypeToScalarType<C>::value));
         C* acc_ptr = acc.data_ptr<C>();
         const scalar_t* g_ptr = g.data_ptr<scalar_t>();
-        // Channels split between threads, queries in order: deterministic sums.
+        // Each query located once; then channels split between threads,
+        // queries in order: deterministic sums.
+        std::vector<WindowPick> picks(size_t(r.B * r.W));
         const RaggedView view(r);
+        at::parallel_for(0, r.B, 1, [&](int64_t b_begin, int64_t b_end) {
+          view.for_each_pick(rule, b_begin, b_end,
+                             [&](int64_t m, const WindowPick& p) { picks[size_t(m)] = p; });
+        });
         at::parallel_for(0, D, 1, [&](int64_t d_begin, int64_t d_end) {
-          view.for_each_pick(rule, 0, r.B, [&](int64_t m, const WindowPick& p) {
-            for_each_source(p, [&](int64_t row, double weight) {
+          for (int64_t m = 0; m < r.B * r.W; ++m) {
+            for_each_source(picks[size_t(m)], [&](int64_t row, double weight) {
               for (int64_t d = d_begin; d < d_end; ++d)
                 acc_ptr[row * D + d] += C(weight) * C(g_ptr[m * D + d]);
             });
-          });
+          }
         });
         grad_values =
             acc.scalar_type() == grad_out.scalar_type() ? acc : acc.to(grad_out.scalar_type());

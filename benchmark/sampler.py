@@ -8,7 +8,7 @@ Cases (LeRobot-style windows, B = 256):
 
 Columns: robocache's WindowSampler (a loop of batches, synchronized once;
 and one batch replayed from a CUDA graph), the same windows in plain PyTorch
-on the device (searchsorted, clamp, gather; eager and torch.compile), and a
+on the device (episode lookup, clamp, gather; eager and torch.compile), and a
 per-sample Dataset doing what LeRobot does (index arithmetic, clamping,
 gathering from in-memory arrays) behind a DataLoader with pinned memory and
 persistent workers, its batches copied to the device.
@@ -161,8 +161,12 @@ def dataloader_seconds(store, deltas, workers, batch_size, batches, device):
 
 
 def torch_windows(store, deltas):
-    """The same windows in plain PyTorch on the store's device (vectorized)."""
+    """The same windows in plain PyTorch on the store's device (vectorized;
+    each frame's episode from a lookup table)."""
     offsets = store["action"].offsets
+    episode_of_frame = torch.repeat_interleave(
+        torch.arange(store.num_episodes, device=offsets.device), offsets.diff()
+    )
     frame_deltas = {
         k: torch.tensor([round(d * FPS) for d in v], device=offsets.device)
         for k, v in deltas.items()
@@ -170,7 +174,7 @@ def torch_windows(store, deltas):
     tensors = {k: store[k].values for k in deltas}
 
     def batch(index):
-        episode = torch.searchsorted(offsets[1:], index, right=True)
+        episode = episode_of_frame[index]
         start, end = offsets[episode].unsqueeze(1), offsets[episode + 1].unsqueeze(1)
         out = {}
         for key, d in frame_deltas.items():
@@ -200,6 +204,11 @@ def run_case(name, store, args, device):
         row["robocache_graph_s"] = graph_seconds(sampler, index(), device)
         row["copy_GBps"] = copy_gbps(nbytes, device)
     plain = torch_windows(store, deltas)
+    same = index()
+    ours, theirs = sampler.batch_at(same), plain(same)
+    for key, value in theirs.items():
+        if not torch.equal(ours[key], value):
+            raise AssertionError(f"{name}: the plain PyTorch windows differ at {key!r}")
     row["torch_eager_s"] = per_batch_seconds(lambda: plain(index()), device, args.batches)
     compiled = torch.compile(plain, dynamic=False)
     row["torch_compiled_s"] = per_batch_seconds(lambda: compiled(index()), device, args.batches)

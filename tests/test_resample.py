@@ -702,8 +702,9 @@ def test_cuda_lengths_contract_without_host_sync():
         ref = reference.resample(v64, times.double(), q64, lengths[1:].clamp(max=5))
         rv, rq = torch.autograd.grad(ref, (v64, q64), grad[1:].double())
         assert torch.equal(gv[0], torch.zeros_like(gv[0]))
-        assert_close(gv[1:].double(), rv)
-        assert_close(gq.double(), rq)
+        # float32 results against the float64 reference, at float32's tolerance
+        assert_close(gv[1:], rv.float())
+        assert_close(gq, rq.float())
 
 
 @requires_cuda

@@ -2,6 +2,7 @@
 following the format (meta/info.json, meta/episodes, meta/tasks, data and
 video files holding many episodes each)."""
 
+import io
 import json
 
 import av
@@ -10,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from PIL import Image
 
 from robocache.data import WindowSampler, load_lerobot
 from robocache.data.loaders._common import LoaderError
@@ -30,8 +32,10 @@ def encode(path, frames, codec):
             container.mux(packet)
 
 
-def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1"):
-    """A v3 dataset: one data file and one video file holding every episode."""
+def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1", images_as="video"):
+    """A v3 dataset: one data file and one video file holding every episode;
+    with images_as="png", the frames are PNG image structs in the data file
+    instead (use_videos=False)."""
     rng = np.random.default_rng()
     n = sum(lengths)
     state = rng.standard_normal((n, 4)).astype(np.float32)
@@ -41,25 +45,29 @@ def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1"):
     timestamp = (frame / FPS).astype(np.float32)
     tasks = ["pick the cube", "open the drawer"]
     task = episode % 2
-    data = pa.table(
-        {
-            "observation.state": pa.array(list(state), type=pa.list_(pa.float32(), 4)),
-            "action": pa.array(list(action), type=pa.list_(pa.float32(), 2)),
-            "timestamp": timestamp,
-            "frame_index": frame,
-            "episode_index": episode,
-            "index": np.arange(n),
-            "task_index": task,
-        }
-    )
-    (root / "data/chunk-000").mkdir(parents=True)
-    pq.write_table(data, root / "data/chunk-000/file-000.parquet")
+    columns = {
+        "observation.state": pa.array(list(state), type=pa.list_(pa.float32(), 4)),
+        "action": pa.array(list(action), type=pa.list_(pa.float32(), 2)),
+        "timestamp": timestamp,
+        "frame_index": frame,
+        "episode_index": episode,
+        "index": np.arange(n),
+        "task_index": task,
+    }
     # Smooth images (they survive lossy coding), different in every frame.
     ramp = np.linspace(0, 1, W)[None, :, None]
     images = np.stack(
         [(40 + 15 * (i % 12) + 60 * ramp * np.ones((H, 1, 3))).astype(np.uint8) for i in range(n)]
     )
-    encode(root / "videos/observation.images.top/chunk-000/file-000.mp4", images, codec)
+    if images_as == "png":
+        columns["observation.images.top"] = pa.array(
+            [{"bytes": png(image), "path": None} for image in images],
+            type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]),
+        )
+    else:
+        encode(root / "videos/observation.images.top/chunk-000/file-000.mp4", images, codec)
+    (root / "data/chunk-000").mkdir(parents=True)
+    pq.write_table(pa.table(columns), root / "data/chunk-000/file-000.parquet")
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     rows = {
         "episode_index": list(range(len(lengths))),
@@ -76,6 +84,8 @@ def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1"):
             float((s + k) / FPS) for s, k in zip(starts, lengths)
         ],
     }
+    if images_as == "png":
+        rows = {k: v for k, v in rows.items() if not k.startswith("videos/")}
     (root / "meta/episodes/chunk-000").mkdir(parents=True)
     pq.write_table(pa.table(rows), root / "meta/episodes/chunk-000/file-000.parquet")
     pq.write_table(pa.table({"task": tasks, "task_index": [0, 1]}), root / "meta/tasks.parquet")
@@ -89,6 +99,12 @@ def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1"):
             "info": {"video.codec": "av1" if codec == "libsvtav1" else "h264", "video.fps": FPS},
         },
     }
+    if images_as == "png":
+        features["observation.images.top"] = {
+            "dtype": "image",
+            "shape": [H, W, 3],
+            "names": ["height", "width", "channel"],
+        }
     for name, dtype in (
         ("timestamp", "float32"),
         ("frame_index", "int64"),
@@ -104,7 +120,9 @@ def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1"):
         "total_frames": n,
         "chunks_size": 1000,
         "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-        "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
+        "video_path": None
+        if images_as == "png"
+        else "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
         "features": features,
     }
     (root / "meta/info.json").write_text(json.dumps(info))
@@ -116,6 +134,12 @@ def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1"):
         "lengths": lengths,
         "tasks": tasks,
     }
+
+
+def png(image):
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
 def decode_all(path):
@@ -150,6 +174,60 @@ def test_round_trip(tmp_path, codec):
         ]
     # The video is lossy, but close to what was written.
     assert (video.values.float() - torch.from_numpy(written["images"]).float()).abs().mean() < 3
+
+
+def test_image_features_round_trip_exactly(tmp_path):
+    written = write_lerobot(tmp_path, images_as="png")
+    store = load_lerobot(tmp_path, progress=False)
+    images = store["observation.images.top"]
+    assert torch.equal(images.values, torch.from_numpy(written["images"]))  # PNG is lossless
+    assert torch.equal(images.times, store["action"].times)  # the table's clock
+    assert images.offsets.tolist() == store["action"].offsets.tolist()
+    # A frame that is not an image is an error naming episode, key and frame.
+    path = tmp_path / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    cells = table.column("observation.images.top").to_pylist()
+    cells[6]["bytes"] = b"not a png"
+    column = table.schema.get_field_index("observation.images.top")
+    pq.write_table(
+        table.set_column(
+            column, "observation.images.top", pa.array(cells, table.schema[column].type)
+        ),
+        path,
+    )
+    with pytest.raises(
+        LoaderError, match=r"episode 2, key 'observation.images.top', frame 0: cannot decode"
+    ):
+        load_lerobot(tmp_path, progress=False)
+
+
+def test_episodes_are_read_at_most_threads_ahead(tmp_path, monkeypatch):
+    """Host memory is bounded: episodes are decoded at most `threads` ahead
+    of the one being packed, however many the dataset holds."""
+    import robocache.data.loaders.lerobot as lerobot_loader
+
+    write_lerobot(tmp_path, lengths=(2,) * 12)
+    started, ahead = [], []
+    read_ahead = lerobot_loader._read_ahead
+
+    def counting_read_ahead(rows, start, depth):
+        def counted(row):  # reads the tables and submits the decodes
+            started.append(row["episode_index"])
+            return start(row)
+
+        return read_ahead(rows, counted, depth)
+
+    class Recorder:
+        @staticmethod
+        def from_episodes(episodes, **kwargs):
+            for k, _ in enumerate(episodes, 1):
+                ahead.append(len(started) - k)
+
+    monkeypatch.setattr(lerobot_loader, "_read_ahead", counting_read_ahead)
+    monkeypatch.setattr(lerobot_loader, "EpisodeStore", Recorder)
+    load_lerobot(tmp_path, threads=3, progress=False)
+    assert len(ahead) == 12 and len(started) == 12
+    assert max(ahead) == 3  # it does read ahead, and never further
 
 
 def test_sampler_parity_on_loaded_data(tmp_path):

@@ -122,6 +122,18 @@ def test_zarr_round_trip_is_exact(tmp_path):
             assert s.times[ends[e] : ends[e + 1]].tolist() == frame_ns(n)
 
 
+def test_loaders_build_on_the_device_asked_for(tmp_path, device):
+    write_replay_buffer(tmp_path / "buffer.zarr")
+    write_robomimic(tmp_path / "demo.hdf5")
+    for load, path in ((load_zarr, "buffer.zarr"), (load_robomimic, "demo.hdf5")):
+        host = load(tmp_path / path, fps=FPS, progress=False)
+        there = load(tmp_path / path, fps=FPS, progress=False, device=device)
+        assert there.device.type == device
+        for key in host.keys():
+            assert torch.equal(there[key].values.cpu(), host[key].values)
+            assert torch.equal(there[key].times.cpu(), host[key].times)
+
+
 def test_zarr_bad_buffers(tmp_path):
     write_replay_buffer(tmp_path / "buffer.zarr")
     with pytest.raises(

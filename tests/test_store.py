@@ -174,6 +174,30 @@ def test_device_and_pinned_copies():
     assert pinned["force"].values.is_pinned() and pinned.device.type == "cpu"
 
 
+def test_built_on_a_device_equals_built_then_moved(device):
+    eps = episodes()
+    store = EpisodeStore.from_episodes(eps, progress=False, quantiles=(0.1,))
+    built = EpisodeStore.from_episodes(eps, progress=False, quantiles=(0.1,), device=device)
+    assert built.device.type == device and built.fps == store.fps
+    assert built.tasks == store.tasks and set(built.keys()) == set(store.keys())
+    for name, tensor in store.episodes.items():
+        assert built.episodes[name].device.type == device
+        assert torch.equal(built.episodes[name].cpu(), tensor)
+    for key, s in store.streams.items():
+        b = built[key]
+        for t in (b.values, b.times, b.offsets, *b.stats.values()):
+            assert t.device.type == device
+        assert torch.equal(b.values.cpu(), s.values)
+        assert torch.equal(b.times.cpu(), s.times) and torch.equal(b.offsets.cpu(), s.offsets)
+        assert b.stats.keys() == s.stats.keys()
+        for name, value in s.stats.items():
+            assert_close(b.stats[name].cpu(), value, rtol=1e-12, atol=1e-12)
+    # A bad episode is still caught on the host, before anything moves.
+    bad = [{"x": (torch.zeros(3), torch.tensor([0, 2, 1]))}]
+    with pytest.raises(ValueError, match="non-decreasing"):
+        EpisodeStore.from_episodes(bad, progress=False, device=device)
+
+
 def test_an_iterator_that_reuses_its_buffers_loses_nothing():
     buffer, times = torch.zeros(4, 2), torch.arange(4)
 

@@ -87,11 +87,15 @@ class _Moments:
         return {"mean": self.mean, "std": std, "min": self.min, "max": self.max}
 
 
-def _as_tensor(x, what):
-    """A CPU tensor of its own: an iterator may reuse its buffers."""
+def _as_tensor(x, what, device=None):
+    """A tensor of its own on device (default: the host): an iterator may
+    reuse its buffers."""
+    device = torch.device("cpu") if device is None else device
     if torch.is_tensor(x):
-        return x.detach().to("cpu", copy=True)
+        return x.detach().to(device, copy=True)
     if isinstance(x, np.ndarray):
+        if device.type != "cpu":
+            return torch.from_numpy(x).to(device)
         return torch.from_numpy(np.array(x, copy=True))
     raise TypeError(
         f"EpisodeStore: {what} must be a torch.Tensor or numpy array; got {type(x).__name__}"
@@ -114,8 +118,8 @@ def _nanoseconds(times, what):
 class _Builder:
     """Collects episodes one at a time; packs each stream once at the end."""
 
-    def __init__(self, stats):
-        self.stats = stats
+    def __init__(self, stats, device):
+        self.stats, self.device = stats, device
         self.chunks, self.counts, self.moments, self.specs = {}, {}, {}, {}
         self.episode_index, self.lengths, self.task_index, self.tasks = [], [], [], {}
 
@@ -132,7 +136,7 @@ class _Builder:
             where = f"episode {e}, stream {key!r}"
             if not isinstance(item, (tuple, list)) or len(item) != 2:
                 raise TypeError(f"EpisodeStore: {where} must be a (values, times) pair")
-            values = _as_tensor(item[0], f"{where} values")
+            values = _as_tensor(item[0], f"{where} values", self.device)
             times = _nanoseconds(_as_tensor(item[1], f"{where} times"), where)
             if times.dim() != 1 or values.dim() < 1 or values.shape[0] != times.shape[0]:
                 raise ValueError(
@@ -151,6 +155,8 @@ class _Builder:
                     f"EpisodeStore: {where}: dtype {spec[0]} and shape {spec[1]} differ from "
                     f"the earlier episodes' {self.specs[key][0]} and {self.specs[key][1]}"
                 )
+            if self.device is not None:
+                times = times.to(self.device)  # checked on the host first
             if key not in self.chunks:
                 self.chunks[key] = []
                 self.counts[key] = [0] * len(self.lengths)  # earlier episodes had none
@@ -178,17 +184,22 @@ class _Builder:
             chunks = self.chunks.pop(key)  # freed as each stream is packed
             dtype, shape = self.specs[key]
             values = (
-                torch.cat([c[0] for c in chunks]) if chunks else torch.empty(0, *shape, dtype=dtype)
+                torch.cat([c[0] for c in chunks])
+                if chunks
+                else torch.empty(0, *shape, dtype=dtype, device=self.device)
             )
             times = torch.cat([c[1] for c in chunks])
             del chunks
             offsets = torch.tensor([0] + self.counts[key], dtype=torch.int64).cumsum(0)
+            offsets = offsets.to(values.device)
             streams[key] = PackedStream(values, times, offsets, self.moments[key].result())
         episodes = {
             "episode_index": torch.tensor(self.episode_index, dtype=torch.int64),
             "length": torch.tensor(self.lengths, dtype=torch.int64),
             "task_index": torch.tensor(self.task_index, dtype=torch.int64),
         }
+        if self.device is not None:
+            episodes = {k: v.to(self.device) for k, v in episodes.items()}
         return EpisodeStore(streams, episodes, list(self.tasks), fps)
 
 
@@ -228,7 +239,15 @@ class EpisodeStore:
 
     @classmethod
     def from_episodes(
-        cls, episodes, *, fps=None, stats=True, quantiles=(), progress=True, total=None
+        cls,
+        episodes,
+        *,
+        fps=None,
+        stats=True,
+        quantiles=(),
+        progress=True,
+        total=None,
+        device=None,
     ):
         """Packs episodes in one streaming pass.
 
@@ -248,12 +267,16 @@ class EpisodeStore:
                 sample (not images).
             progress: show a progress bar.
             total: the number of episodes, for the bar, if ``episodes`` has no len().
+            device: pack the store there (default: the host). Each episode
+                moves there as it arrives.
 
-        Every episode's tensors are copied once into per-stream lists, and each
-        stream is packed (one concatenation) at the end: peak host memory is
-        the data plus its largest stream.
+        Every episode's tensors are copied once into per-stream lists on
+        ``device``, and each stream is packed (one concatenation) at the end.
+        Peak memory where the store is built: the data plus its largest stream.
+        On the host, with a ``device``: the episode in hand (plus what the
+        iterator holds).
         """
-        builder = _Builder(stats)
+        builder = _Builder(stats, None if device is None else torch.device(device))
         total = (
             total
             if total is not None

@@ -64,7 +64,14 @@ def _split(times, gap):
 
 
 def load_bag(
-    paths, topics, *, time_source="header", split_gap_s=None, progress=True, skip_bad=False
+    paths,
+    topics,
+    *,
+    time_source="header",
+    split_gap_s=None,
+    progress=True,
+    skip_bad=False,
+    device=None,
 ):
     """An EpisodeStore of ROS bags: each file an episode, or split where every
     topic pauses for longer than ``split_gap_s``.
@@ -83,6 +90,8 @@ def load_bag(
         split_gap_s: split a file into episodes at pauses of the merged
             timeline longer than this (seconds); None: one episode per file.
         skip_bad: skip files that fail a check (reported) instead of raising.
+        device: build the store there (default: the host); each episode moves
+            there as it is read, so host memory holds only episodes in flight.
     """
     from rosbags.highlevel import AnyReader
 
@@ -163,4 +172,4 @@ def load_bag(
                     index += 1
                     yield ep
 
-    return EpisodeStore.from_episodes(all_episodes(), progress=progress, total=None)
+    return EpisodeStore.from_episodes(all_episodes(), progress=progress, device=device)

@@ -38,6 +38,7 @@ def load_calvin(
     fps=CALVIN_FPS,
     progress=True,
     skip_bad=False,
+    device=None,
 ):
     """An EpisodeStore of a CALVIN split.
 
@@ -51,6 +52,8 @@ def load_calvin(
             is its instruction.
         fps: CALVIN records at 30 Hz; frame k of an episode is at k / fps.
         skip_bad: skip episodes that fail a check (reported) instead of raising.
+        device: build the store there (default: the host); each episode moves
+            there as it is read, so host memory holds only episodes in flight.
 
     Each episode's frames are read and stacked one episode at a time.
     """
@@ -107,5 +110,9 @@ def load_calvin(
 
     items = ((f"episode {e}", lambda e=e, r=r: episode(e, *r)) for e, r in enumerate(ranges))
     return EpisodeStore.from_episodes(
-        skipping(items, skip_bad, where), fps=fps, progress=progress, total=len(ranges)
+        skipping(items, skip_bad, where),
+        fps=fps,
+        progress=progress,
+        total=len(ranges),
+        device=device,
     )

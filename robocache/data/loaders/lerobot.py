@@ -8,9 +8,12 @@ column, ``timestamp`` in float32 seconds from the episode's start);
 segment from ``from_timestamp`` to ``to_timestamp``).
 """
 
+import functools
 import glob
+import io
 import json
 import os
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -71,8 +74,74 @@ def _decode_segment(path, start, end, where):
     return frames, times
 
 
+def _decode_images(cells, shape, root, where):
+    """The frames of an image feature: cells ``{"bytes", "path"}`` as the
+    parquet holds them (PNG bytes, or a path under root), decoded with PIL
+    to (n, H, W, C) uint8; ``shape`` is the feature's (H, W, C)."""
+    from PIL import Image, UnidentifiedImageError
+
+    mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(shape[-1])
+    if len(shape) != 3 or mode is None:
+        raise LoaderError(f"{where}: an image feature's shape must be (H, W, 1|3|4); got {shape}")
+    frames = []
+    for i, cell in enumerate(cells):
+        data = cell.get("bytes") if isinstance(cell, dict) else cell
+        path = cell.get("path") if isinstance(cell, dict) else None
+        try:
+            if data is not None:
+                image = Image.open(io.BytesIO(data))
+            elif path:
+                image = Image.open(os.path.join(root, path))
+            else:
+                raise LoaderError(f"{where}, frame {i}: the image has neither bytes nor a path")
+            array = np.asarray(image.convert(mode))
+        except (OSError, UnidentifiedImageError) as e:
+            raise LoaderError(f"{where}, frame {i}: cannot decode the image: {e}") from e
+        array = array.reshape(array.shape[0], array.shape[1], -1)
+        if array.shape != tuple(shape):
+            raise LoaderError(
+                f"{where}, frame {i}: the image is {array.shape}; info.json says {tuple(shape)}"
+            )
+        frames.append(array)
+    return np.stack(frames) if frames else np.empty((0, *shape), dtype=np.uint8)
+
+
+def _image_shape(feature):
+    """An image feature's (H, W, C), whichever order info.json names."""
+    shape, names = list(feature["shape"]), feature.get("names") or []
+    if len(shape) == 3 and names and str(names[0]).startswith("channel"):
+        shape = shape[1:] + shape[:1]
+    return tuple(shape)
+
+
+def _read_ahead(rows, start, depth):
+    """(name, finish) for each row; each row is started (its reads and
+    decodes submitted) up to ``depth`` rows before it is finished."""
+    pending = deque()
+    for row in rows:
+        try:
+            finish = start(row)
+        except LoaderError as e:
+            finish = functools.partial(_reraise, e)
+        pending.append((f"episode {row['episode_index']}", finish))
+        if len(pending) > depth:
+            yield pending.popleft()
+    yield from pending
+
+
+def _reraise(error):
+    raise error
+
+
 def load_lerobot(
-    root, keys=None, *, video_backend="pyav", threads=4, progress=True, skip_bad=False
+    root,
+    keys=None,
+    *,
+    video_backend="pyav",
+    threads=4,
+    progress=True,
+    skip_bad=False,
+    device=None,
 ):
     """An EpisodeStore of a LeRobot v3 dataset directory (no hub, no network).
 
@@ -82,14 +151,22 @@ def load_lerobot(
             columns ``timestamp``, ``frame_index``, ``episode_index``,
             ``index``, ``task_index``).
         video_backend: ``"pyav"``.
-        threads: video segments decoded at once.
+        threads: decoding threads; episodes are read up to ``threads``
+            ahead of the one being packed.
+        progress: show a progress bar.
         skip_bad: skip episodes that fail a check (reported) instead of raising.
+        device: build the store there (default: the host); each episode moves
+            there as it is read.
 
     Each episode's video segment is decoded once, start to end (AV1, H.264 or
     anything the installed FFmpeg reads), as (n, H, W, 3) uint8 frames with
-    their own timestamps; table features keep LeRobot's names and shapes, on
-    the ``timestamp`` clock. Episodes load in ``episode_index`` order; tasks
-    are the episode's first task. Data files are read one at a time.
+    their own timestamps. Image features (``use_videos=False``: PNG in the
+    parquet) decode with PIL to (n, H, W, C) uint8. Table features keep
+    LeRobot's names and shapes, on the ``timestamp`` clock. Episodes load in
+    ``episode_index`` order; tasks are the episode's first task.
+
+    Host memory: one data file, the ``threads + 1`` episodes in flight, and
+    (without ``device``) the store being built.
     """
     import pyarrow.parquet as pq
 
@@ -131,11 +208,14 @@ def load_lerobot(
                 raise LoaderError(f"{where}: cannot read {path}: {e}") from e
         return data_cache[path]
 
-    def episode(row, pool):
+    def start(row, pool):
+        """Reads the episode's table rows here, submits its decodes to the
+        pool; returns the function that waits for them."""
         e = row["episode_index"]
         here = f"{where}, episode {e}"
         n = row["length"]
         out = {"episode_index": e, "length": n, "task": (row.get("tasks") or [""])[0]}
+        jobs = {}
         table_keys = [k for k in keys if k not in videos]
         if table_keys:
             table = data_table(row["data/chunk_index"], row["data/file_index"])
@@ -145,11 +225,15 @@ def load_lerobot(
                 raise LoaderError(f"{here}: the data file holds {rows.num_rows} of its {n} rows")
             times = _ns(rows.column("timestamp").to_numpy())
             for key in table_keys:
-                shape = tuple(features[key]["shape"])
-                if features[key]["dtype"] == "image":
-                    raise LoaderError(f"{here}, key {key!r}: image features are not supported yet")
-                out[key] = (_column(rows, key, n, shape, here), times)
-        jobs = {}
+                feature = features[key]
+                if feature["dtype"] == "image":
+                    cells = rows.column(key).to_pylist()
+                    job = pool.submit(
+                        _decode_images, cells, _image_shape(feature), root, f"{here}, key {key!r}"
+                    )
+                    jobs[key] = (None, job, times)
+                else:
+                    out[key] = (_column(rows, key, n, tuple(feature["shape"]), here), times)
         for key in videos:
             path = os.path.join(
                 root,
@@ -159,24 +243,35 @@ def load_lerobot(
                     file_index=row[f"videos/{key}/file_index"],
                 ),
             )
-            start, end = row[f"videos/{key}/from_timestamp"], row[f"videos/{key}/to_timestamp"]
-            jobs[key] = (
-                path,
-                pool.submit(_decode_segment, path, start, end, f"{here}, key {key!r}"),
-            )
-        for key, (path, job) in jobs.items():
-            frames, times = job.result()
-            if len(frames) < n:
-                raise LoaderError(
-                    f"{here}, key {key!r}: {os.path.basename(path)} holds {len(frames)} frames "
-                    f"of the segment, the table {n} (a video shorter than its table)"
-                )
-            out[key] = (np.stack(frames), _ns(times))
-        return out
+            begin, end = row[f"videos/{key}/from_timestamp"], row[f"videos/{key}/to_timestamp"]
+            job = pool.submit(_decode_segment, path, begin, end, f"{here}, key {key!r}")
+            jobs[key] = (path, job, None)
 
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        items = ((f"episode {r['episode_index']}", lambda r=r: episode(r, pool)) for r in episodes)
-        store = EpisodeStore.from_episodes(
-            skipping(items, skip_bad, where), fps=fps, progress=progress, total=len(episodes)
+        def finish():
+            for key, (path, job, times) in jobs.items():
+                if path is None:  # an image feature, on the table's clock
+                    out[key] = (job.result(), times)
+                    continue
+                frames, frame_times = job.result()
+                if len(frames) < n:
+                    raise LoaderError(
+                        f"{here}, key {key!r}: {os.path.basename(path)} holds {len(frames)} "
+                        f"frames of the segment, the table {n} (a video shorter than its table)"
+                    )
+                out[key] = (np.stack(frames), _ns(frame_times))
+            return out
+
+        return finish
+
+    pool = ThreadPoolExecutor(max_workers=max(1, threads))
+    try:
+        items = _read_ahead(episodes, lambda r: start(r, pool), depth=max(1, threads))
+        return EpisodeStore.from_episodes(
+            skipping(items, skip_bad, where),
+            fps=fps,
+            progress=progress,
+            total=len(episodes),
+            device=device,
         )
-    return store
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

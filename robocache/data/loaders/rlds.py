@@ -81,7 +81,15 @@ def _decode_images(blobs, shape, device, here):
 
 
 def load_rlds(
-    directory, fps, keys=None, *, split="train", decode_on=None, progress=True, skip_bad=False
+    directory,
+    fps,
+    keys=None,
+    *,
+    split="train",
+    decode_on=None,
+    progress=True,
+    skip_bad=False,
+    device=None,
 ):
     """An EpisodeStore of an RLDS dataset directory, one episode per record.
 
@@ -94,6 +102,10 @@ def load_rlds(
         split: the shards ``*-<split>.tfrecord-*``.
         decode_on: None (PIL on the CPU) or a device for torchvision's decoder
             (``"cuda"``).
+        progress: show a progress bar.
+        skip_bad: skip episodes that fail a check (reported) instead of raising.
+        device: build the store there (default: the host); each episode moves
+            there as it is read, so host memory holds only episodes in flight.
 
     Streams are named by their path under ``steps/``. The task is the first
     step's ``language_instruction`` where there is one.
@@ -174,4 +186,6 @@ def load_rlds(
         (name, lambda name=name, raw=raw, i=i: episode(name, raw, i))
         for i, (name, raw) in enumerate(records())
     )
-    return EpisodeStore.from_episodes(skipping(items, skip_bad, where), fps=fps, progress=progress)
+    return EpisodeStore.from_episodes(
+        skipping(items, skip_bad, where), fps=fps, progress=progress, device=device
+    )

@@ -30,7 +30,9 @@ def _demo_number(name):
     return int(match.group(1)) if match else None
 
 
-def load_robomimic(path, fps, keys=None, filter_key=None, *, progress=True, skip_bad=False):
+def load_robomimic(
+    path, fps, keys=None, filter_key=None, *, progress=True, skip_bad=False, device=None
+):
     """An EpisodeStore of a robomimic HDF5 file, one episode per demo.
 
     Args:
@@ -41,6 +43,8 @@ def load_robomimic(path, fps, keys=None, filter_key=None, *, progress=True, skip
         filter_key: load only the demos listed in ``mask/<filter_key>``.
         skip_bad: skip demos that fail a check (reported in a warning)
             instead of raising.
+        device: build the store there (default: the host); each episode moves
+            there as it is read, so host memory holds only episodes in flight.
 
     Demos load in the order of their numbers; ``episode_index`` is N of
     ``demo_N``. Each demo is read whole, one at a time.
@@ -96,7 +100,7 @@ def load_robomimic(path, fps, keys=None, filter_key=None, *, progress=True, skip
         episodes = skipping(((n, lambda n=n: demo(n)) for n in names), skip_bad, where)
         try:
             return EpisodeStore.from_episodes(
-                episodes, fps=fps, progress=progress, total=len(names)
+                episodes, fps=fps, progress=progress, total=len(names), device=device
             )
         except ValueError as e:
             if isinstance(e, LoaderError):

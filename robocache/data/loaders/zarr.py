@@ -9,7 +9,7 @@ from ._common import LoaderError, frame_times, skipping
 __all__ = ["load_zarr"]
 
 
-def load_zarr(path, fps, keys=None, *, progress=True, skip_bad=False):
+def load_zarr(path, fps, keys=None, *, progress=True, skip_bad=False, device=None):
     """An EpisodeStore of a replay buffer, one episode per ``episode_ends`` entry.
 
     Args:
@@ -17,6 +17,8 @@ def load_zarr(path, fps, keys=None, *, progress=True, skip_bad=False):
         fps: the rate the buffer was recorded at (frame k is at k / fps).
         keys: arrays under ``data/`` to load (default: all of them).
         skip_bad: skip episodes that fail a check (reported) instead of raising.
+        device: build the store there (default: the host); each episode moves
+            there as it is read, so host memory holds only episodes in flight.
 
     Each episode's rows are read as one slice per key (chunked reads), so
     memory holds one episode at a time besides the store being built.
@@ -65,4 +67,6 @@ def load_zarr(path, fps, keys=None, *, progress=True, skip_bad=False):
     episodes = skipping(
         ((f"episode {e}", lambda e=e: episode(e)) for e in range(len(ends))), skip_bad, where
     )
-    return EpisodeStore.from_episodes(episodes, fps=fps, progress=progress, total=len(ends))
+    return EpisodeStore.from_episodes(
+        episodes, fps=fps, progress=progress, total=len(ends), device=device
+    )

@@ -14,7 +14,7 @@ import robocache
 
 BENCHMARK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmark")
 SCRIPTS = ["bwd_kernels.py", "voxel_kernels.py", "ncu_cases.py"]
-ALL_SCRIPTS = SCRIPTS + ["sampler.py"]
+ALL_SCRIPTS = SCRIPTS + ["sampler.py", "ingest.py"]
 
 
 def _run(script, *args):
@@ -73,3 +73,20 @@ def test_sampler_benchmark_runs_small_on_any_device(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [row["case"] for row in rows] == ["lowdim", "cameras"]
     assert all(row["robocache_s"] > 0 and row["dataloader_0_workers_s"] > 0 for row in rows)
+
+
+def test_ingest_benchmark_runs_small(tmp_path):
+    out = tmp_path / "rows.json"
+    r = _run("ingest.py", "--small", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    formats = [row["format"] for row in rows]
+    assert formats == ["LeRobot v3"] * 3 + [
+        "robomimic HDF5",
+        "Diffusion Policy zarr",
+        "RLDS",
+        "CALVIN",
+        "ROS 2 bag",
+    ]
+    assert all(row["frames"] > 0 and row["frames_per_s"] > 0 for row in rows)
+    assert rows[0]["per_sample_decode_frames_per_s"] > 0

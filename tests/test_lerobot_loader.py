@@ -17,14 +17,16 @@ from robocache.data import WindowSampler, load_lerobot
 from robocache.data.loaders._common import LoaderError
 
 FPS = 10
-H = W = 64  # SVT-AV1 wants frames of at least 64 x 64
+SIZE = (64, 64)  # (H, W); SVT-AV1 wants frames of at least 64 x 64
 
 
 def encode(path, frames, codec):
+    """As LeRobot encodes: yuv420p, a keyframe every 2 frames, crf 30."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w", format="mp4") as container:
-        stream = container.add_stream(codec, rate=FPS)
-        stream.width, stream.height, stream.pix_fmt = W, H, "yuv420p"
+        stream = container.add_stream(codec, rate=FPS, options={"g": "2", "crf": "30"})
+        stream.height, stream.width = frames.shape[1:3]
+        stream.pix_fmt = "yuv420p"
         for image in frames:
             for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
                 container.mux(packet)
@@ -32,7 +34,7 @@ def encode(path, frames, codec):
             container.mux(packet)
 
 
-def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1", images_as="video"):
+def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1", images_as="video", size=SIZE):
     """A v3 dataset: one data file and one video file holding every episode;
     with images_as="png", the frames are PNG image structs in the data file
     instead (use_videos=False)."""
@@ -55,6 +57,7 @@ def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1", images_as="video")
         "task_index": task,
     }
     # Smooth images (they survive lossy coding), different in every frame.
+    H, W = size
     ramp = np.linspace(0, 1, W)[None, :, None]
     images = np.stack(
         [(40 + 15 * (i % 12) + 60 * ramp * np.ones((H, 1, 3))).astype(np.uint8) for i in range(n)]

@@ -216,6 +216,13 @@ def test_errors():
         WindowSampler(store, {"action": [0.0]}, modes={"action": "mean"})
     with pytest.raises(ValueError, match="batch_size must be a positive int"):
         WindowSampler(store, {"action": [0.0]}, batch_size=0)
+    # The operator's checks run at construction (the batches call it directly).
+    with pytest.raises(ValueError, match="mode must be 'nearest', 'previous', 'linear' or 'mean'"):
+        WindowSampler(store, {"action": [0.0]}, modes={"action": "cubic"})
+    with pytest.raises(ValueError, match=r"tolerance_s\['action'\] must be >= 0"):
+        WindowSampler(store, {"action": [0.0]}, tolerance_s={"action": -0.1})
+    with pytest.raises(ValueError, match=r"interval_s\['action'\] must be >= 0"):
+        WindowSampler(store, {"action": [0.0]}, modes={"action": "mean"}, interval_s={"action": -1})
 
 
 @requires_cuda

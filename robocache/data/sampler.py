@@ -14,6 +14,7 @@ from .._windows import sample_windows
 
 __all__ = ["WindowSampler"]
 
+_OPS = torch.ops.robocache
 _NORMALIZE = ("mean_std", "min_max")
 _IMAGES = ("uint8", "float", "float_chw")
 # LeRobot's tolerance for timestamps that should coincide.
@@ -156,6 +157,22 @@ class WindowSampler:
             )
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, int(seed)
         self.drop_last, self.key_age, self.epoch = drop_last, key_age, 0
+        # Per episode, one gather a batch: episode_index, task_index and the
+        # anchor stream's first row; per anchor row, its time from the
+        # episode's first frame in seconds (float32, as LeRobot's timestamp).
+        offsets, times = anchor_stream.offsets, anchor_stream.times
+        self._episode_table = torch.stack(
+            [
+                store.episodes["episode_index"].to(offsets.device),
+                store.episodes["task_index"].to(offsets.device),
+                offsets[:-1],
+            ]
+        )
+        row_episode = torch.repeat_interleave(
+            torch.arange(offsets.numel() - 1, device=offsets.device), offsets.diff()
+        )
+        first_time = times[offsets[:-1][row_episode]]
+        self._row_timestamp = ((times - first_time).double() * 1e-9).float()
 
     def _key_plan(self, key, deltas, mode, interval, tolerance, edge, normalize, images):
         stream = self.store[key]
@@ -184,15 +201,33 @@ class WindowSampler:
             if to_float:  # the statistics are of the stored 0..255 values
                 scale = scale * 255
             scale, shift = scale.to(self.device), shift.to(self.device)
+        deltas_ns = [_ns(d) for d in deltas]
+        interval = 0 if interval is None else _ns(_seconds(interval, f"interval_s[{key!r}]"))
+        if tolerance is not None:
+            tolerance = _ns(_seconds(tolerance, f"tolerance_s[{key!r}]"))
+        for what, value in (("interval_s", interval), ("tolerance_s", tolerance)):
+            if value is not None and value < 0:
+                raise ValueError(f"WindowSampler: {what}[{key!r}] must be >= 0; got {value} ns")
+        # Every check of the operator (mode, dtypes, devices, shapes, a build
+        # with the device's kernels) runs once here, on an empty batch; the
+        # batches then call the operator directly.
+        sample_windows(
+            stream.values,
+            stream.times,
+            stream.offsets,
+            torch.empty(0, dtype=torch.int64, device=self.store.device),
+            torch.empty(0, len(deltas_ns), dtype=torch.int64, device=self.store.device),
+            mode,
+            interval=interval,
+            tolerance=tolerance,
+            edge_tolerance=edge,
+        )
         return {
-            "deltas": torch.tensor(
-                [_ns(d) for d in deltas], dtype=torch.int64, device=self.store.device
-            ),
+            "deltas": torch.tensor(deltas_ns, dtype=torch.int64, device=self.store.device),
+            "deltas_key": tuple(deltas_ns),  # keys with the same deltas share a query
             "mode": mode,
-            "interval": 0 if interval is None else _ns(_seconds(interval, f"interval_s[{key!r}]")),
-            "tolerance": None
-            if tolerance is None
-            else _ns(_seconds(tolerance, f"tolerance_s[{key!r}]")),
+            "interval": interval,
+            "tolerance": -1 if tolerance is None else tolerance,
             "edge": edge,
             "scale": scale,
             "shift": shift,
@@ -231,46 +266,49 @@ class WindowSampler:
         store = self.store
         anchor = store[self.anchor]
         index = torch.as_tensor(index, dtype=torch.int64, device=store.device)
-        episode = torch.searchsorted(anchor.offsets[1:], index, right=True)
-        anchor_time = anchor.times[index]
-        batch = {}
-        for key, plan in self.keys.items():
-            stream = store[key]
-            query = anchor_time.unsqueeze(1) + plan["deltas"]
-            values, is_pad, age = sample_windows(
-                stream.values,
-                stream.times,
-                stream.offsets,
-                episode,
-                query,
-                plan["mode"],
-                interval=plan["interval"],
-                tolerance=plan["tolerance"],
-                edge_tolerance=plan["edge"],
-            )
-            values = self._move(values)
-            if plan["to_float"]:
-                values = values.float().div_(255)
-            if plan["scale"] is not None:
-                values = values * plan["scale"] + plan["shift"]
-            if plan["to_chw"]:  # (B, W, H, W', C) -> (B, W, C, H, W')
-                values = values.movedim(-1, -3)
-            batch[key] = values
-            batch[f"{key}_is_pad"] = self._move(is_pad)
-            if self.key_age:
-                batch[f"{key}_age"] = self._move((age.double() * 1e-9).float())
-        episodes = store.episodes
-        meta = {
-            "index": index,
-            "episode_index": episodes["episode_index"][episode],
-            "frame_index": index - anchor.offsets[episode],
-            "timestamp": (
-                (anchor_time - anchor.times[anchor.offsets[episode]]).double() * 1e-9
-            ).float(),
-            "task_index": episodes["task_index"][episode],
-        }
-        for name, t in meta.items():
-            batch[name] = self._move(t)
+        # The store's tensors never need gradients: the ops run below autograd
+        # (no autograd bookkeeping a call; the batch's tensors are ordinary).
+        with torch._C._AutoDispatchBelowAutograd():
+            episode = torch.searchsorted(anchor.offsets[1:], index, right=True)
+            anchor_time = anchor.times[index]
+            queries, batch = {}, {}
+            for key, plan in self.keys.items():
+                stream = store[key]
+                query = queries.get(plan["deltas_key"])
+                if query is None:
+                    query = queries[plan["deltas_key"]] = anchor_time.unsqueeze(1) + plan["deltas"]
+                values, is_pad, age = _OPS.sample_windows(
+                    stream.values.reshape(stream.values.shape[0], -1),
+                    stream.times,
+                    stream.offsets,
+                    episode,
+                    query,
+                    plan["mode"],
+                    plan["interval"],
+                    plan["tolerance"],
+                    plan["edge"],
+                )
+                values = self._move(values.reshape(*values.shape[:2], *stream.values.shape[1:]))
+                if plan["to_float"]:
+                    values = values.float().div_(255)
+                if plan["scale"] is not None:
+                    values = torch.addcmul(plan["shift"], values, plan["scale"])
+                if plan["to_chw"]:  # (B, W, H, W', C) -> (B, W, C, H, W')
+                    values = values.movedim(-1, -3)
+                batch[key] = values
+                batch[f"{key}_is_pad"] = self._move(is_pad)
+                if self.key_age:
+                    batch[f"{key}_age"] = self._move((age.double() * 1e-9).float())
+            episode_index, task_index, first_row = self._episode_table.index_select(1, episode)
+            meta = {
+                "index": index,
+                "episode_index": episode_index,
+                "frame_index": index - first_row,
+                "timestamp": self._row_timestamp[index],
+                "task_index": task_index,
+            }
+            for name, t in meta.items():
+                batch[name] = self._move(t)
         return batch
 
     def _move(self, t):

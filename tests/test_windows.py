@@ -77,6 +77,61 @@ def test_point_modes_gather_any_dtype_exactly(device, mode, dtype):
             assert torch.equal(g, e)
 
 
+def long_clocks():
+    """Long episodes whose times defeat a guess from an even clock: regular,
+    jittered, a long pause, bursts of repeated stamps, and one outlier."""
+    n = 3000
+    regular = torch.arange(n) * 33 * MS
+    jittered = regular + torch.randint(-10 * MS, 10 * MS, (n,))
+    jittered = torch.sort(jittered).values
+    paused = torch.cat([torch.arange(n // 2), 10**6 + torch.arange(n - n // 2)]) * MS
+    bursts = torch.repeat_interleave(torch.arange(n // 10) * 7 * MS, 10)
+    outlier = torch.cat([torch.arange(n - 1) * MS, torch.tensor([10**7 * MS])])
+    chunks = [regular, jittered, paused, bursts, outlier]
+    return torch.cat(chunks), torch.tensor([0] + [len(c) for c in chunks]).cumsum(0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_long_irregular_episodes_match_reference(device, mode):
+    times, offsets = long_clocks()
+    values = torch.randn(times.numel(), 2, dtype=torch.float64)
+    E = offsets.numel() - 1
+    queries = []
+    for e in range(E):
+        t = times[offsets[e] : offsets[e + 1]]
+        picks = torch.randint(0, t.numel(), (300,))
+        queries += [
+            t[picks],
+            t[picks] + 1,
+            t[picks] - 1,
+            torch.randint(int(t[0]), int(t[-1]), (300,)),
+        ]
+    q = torch.stack(queries).reshape(E, -1)
+    episode = torch.arange(E)
+    kw = dict(interval=20 * MS) if mode == "mean" else {}
+    args = [x.to(device) for x in (values, times, offsets, episode, q)]
+    got = robocache.sample_windows(*args, mode, **kw)
+    expected = reference.sample_windows(values, times, offsets, episode, q, mode, **kw)
+    assert_close(got[0].cpu(), expected[0], rtol=1e-12, atol=1e-12)
+    assert torch.equal(got[1].cpu(), expected[1])
+    assert torch.equal(got[2].cpu(), expected[2])
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 3), (33, 33, 3)])
+def test_long_rows_copy_exactly(device, shape):
+    # Rows of at least a block's worth of chunks (camera frames) are copied
+    # row by row; an odd byte count takes 1-byte chunks; an empty episode
+    # gives zeros.
+    values, times, offsets = ragged(dtype=torch.uint8, device=device, shape=shape)
+    episode, q = windows_for(times.cpu(), offsets.cpu(), B=7, W=3, device=device)
+    episode[-1] = offsets.numel() - 2  # ragged's last episode has no samples
+    got = robocache.sample_windows(values, times, offsets, episode, q, "nearest")
+    expected = reference.sample_windows(values, times, offsets, episode, q, "nearest")
+    for g, e in zip(got, expected):
+        assert torch.equal(g, e)
+    assert got[0].shape == (7, 3, *shape) and not got[0][-1].any() and got[1][-1].all()
+
+
 def test_padding_edges_and_tolerances(device):
     # One episode sampled at 0, 10, 20, 60 ms (a 40 ms drop-out).
     times = torch.tensor([0, 10, 20, 60], device=device) * MS

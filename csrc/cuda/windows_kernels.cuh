@@ -57,6 +57,34 @@ __device__ __forceinline__ int locate_windows(const WindowArgs& a, int Q, Window
   return nq;
 }
 
+// One long row (at least kThreads chunks) by the whole block, each thread
+// with kRowUnroll independent loads in flight before it stores (a plain
+// loop keeps one, too few to cover the memory latency).
+constexpr int kRowUnroll = 4;
+
+template <typename chunk_t>
+__device__ __forceinline__ void copy_row(const WindowPick& p, const chunk_t* __restrict__ values,
+                                         int64_t chunks, chunk_t* __restrict__ dst) {
+  int64_t c = threadIdx.x;
+  if (p.empty) {
+    for (; c < chunks; c += kThreads)
+      dst[c] = chunk_t{};
+    return;
+  }
+  const chunk_t* src = values + p.i0 * chunks;
+  for (; c + (kRowUnroll - 1) * kThreads < chunks; c += kRowUnroll * kThreads) {
+    chunk_t x[kRowUnroll];
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u)
+      x[u] = src[c + u * kThreads];
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u)
+      dst[c + u * kThreads] = x[u];
+  }
+  for (; c < chunks; c += kThreads)
+    dst[c] = src[c];
+}
+
 // Point modes (and any pick that reads one row): rows copied in chunks of
 // `chunk_t` (16, 8, 4, 2 or 1 bytes; the launcher picks the widest that
 // divides the row and both base addresses).
@@ -68,8 +96,13 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ WindowPick picks[kMaxWindowTile];
   int64_t first;
   const int nq = locate_windows(a, Q, picks, is_pad, age, first);
-  const int64_t total = int64_t(nq) * chunks_per_row;
   chunk_t* dst = out + first * chunks_per_row;
+  if (chunks_per_row >= kThreads) {  // long rows (images): row by row
+    for (int r = 0; r < nq; ++r)
+      copy_row(picks[r], values, chunks_per_row, dst + int64_t(r) * chunks_per_row);
+    return;
+  }
+  const int64_t total = int64_t(nq) * chunks_per_row;
   for (int64_t i = threadIdx.x; i < total; i += kThreads) {
     const int64_t row = i / chunks_per_row, c = i - row * chunks_per_row;
     const WindowPick& p = picks[row];

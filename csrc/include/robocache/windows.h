@@ -67,6 +67,46 @@ ROBOCACHE_HD int64_t first_after(const int64_t* times, int64_t lo, int64_t hi, i
   return lo;
 }
 
+// first_after over rows [a, b) whose first and last times are `first` and
+// `last`, starting at the row where q would sit on an even clock between
+// them: on a regular clock that guess is the row, and two more reads confirm
+// it (a bisection from scratch reads log2(b - a) times, one after another).
+// From the guess it gallops to a bracket, then bisects inside it.
+ROBOCACHE_HD int64_t first_after_guessed(const int64_t* times, int64_t a, int64_t b, int64_t q,
+                                         int64_t first, int64_t last) {
+  if (q < first)
+    return a;
+  if (q >= last)
+    return b;
+  // Here times[a] <= q < times[b - 1], so the answer lies in [a + 1, b - 1].
+  const double frac = double(distance(q, first)) / double(distance(last, first));
+  int64_t g = a + int64_t(frac * double(b - 1 - a));
+  g = g < a ? a : (g > b - 1 ? b - 1 : g);
+  int64_t lo, hi;
+  if (times[g] <= q) {  // the answer is above g
+    lo = g + 1;
+    hi = b - 1;
+    for (int64_t step = 1; g + step < b - 1; step *= 2) {
+      if (times[g + step] > q) {
+        hi = g + step;
+        break;
+      }
+      lo = g + step + 1;
+    }
+  } else {  // the answer is g or below
+    lo = a + 1;
+    hi = g;
+    for (int64_t step = 1; g - step > a; step *= 2) {
+      if (times[g - step] <= q) {
+        lo = g - step + 1;
+        break;
+      }
+      hi = g - step;
+    }
+  }
+  return first_after(times, lo, hi, q);  // times[hi] > q: hi if no row before it is
+}
+
 // Where query q lands among rows [a, b) of `times`.
 //  - nearest: the closest sample (a tie goes to the later one);
 //  - previous: the last sample at or before q;
@@ -84,7 +124,7 @@ ROBOCACHE_HD WindowPick pick_window(const int64_t* times, int64_t a, int64_t b, 
     return p;
   }
   const int64_t first = times[a], last = times[b - 1];
-  const int64_t k = first_after(times, a, b, q);  // rows [a, k) are at or before q
+  const int64_t k = first_after_guessed(times, a, b, q, first, last);  // [a, k) are <= q
   const int64_t prev = k > a ? k - 1 : a;
   p.i0 = p.i1 = prev;
   switch (rule.mode) {

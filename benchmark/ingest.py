@@ -71,7 +71,9 @@ def per_sample_decode_seconds(path, frame_times, count, seed=0):
     return (time.perf_counter() - start) / len(chosen)
 
 
-def row(name, detail, seconds, store, frames):
+def row(name, detail, seconds, store, frames=None):
+    if frames is None:
+        frames = int(store.episodes["length"].sum())
     samples = sum(int(s.values.shape[0]) for s in store.streams.values())
     return {
         "format": name,
@@ -110,7 +112,7 @@ def main(argv=None):
             load = lambda r=root: load_lerobot(r, threads=args.threads, progress=False)  # noqa: E731
             seconds, store = median_seconds(load)
             detail = f"state, action, one {args.size}x{args.size} {label} video"
-            rows.append(row("LeRobot v3", detail, seconds, store, E * n))
+            rows.append(row("LeRobot v3", detail, seconds, store))
             video = next(root.glob("videos/*/chunk-000/file-000.mp4"))
             frame_times = [k / LEROBOT_FPS for k in range(E * n)]
             per_frame = per_sample_decode_seconds(video, frame_times, args.per_sample)
@@ -119,23 +121,30 @@ def main(argv=None):
         write_lerobot(root, lengths=lengths, images_as="png", size=(args.size, args.size))
         seconds, store = median_seconds(lambda: load_lerobot(root, progress=False))
         detail = f"state, action, one {args.size}x{args.size} PNG image feature"
-        rows.append(row("LeRobot v3", detail, seconds, store, E * n))
+        rows.append(row("LeRobot v3", detail, seconds, store))
 
         write_robomimic(tmp / "robomimic.hdf5", lengths=lengths)
         seconds, store = median_seconds(
             lambda: load_robomimic(tmp / "robomimic.hdf5", fps=20, progress=False)
         )
-        rows.append(row("robomimic HDF5", "low-dimensional obs, actions", seconds, store, E * n))
+        rows.append(row("robomimic HDF5", "joints, actions, rewards, an 8x6 image", seconds, store))
 
-        write_replay_buffer(tmp / "buffer.zarr", lengths=lengths)
+        write_replay_buffer(tmp / "buffer.zarr", lengths=lengths, chunk_rows=100)
         seconds, store = median_seconds(
             lambda: load_zarr(tmp / "buffer.zarr", fps=10, progress=False)
         )
-        rows.append(row("Diffusion Policy zarr", "action, state, 4x4 image", seconds, store, E * n))
+        rows.append(
+            row(
+                "Diffusion Policy zarr",
+                "action, state, 4x4 image; chunks of 100 rows",
+                seconds,
+                store,
+            )
+        )
 
         write_rlds(tmp / "rlds", lengths=lengths, shards=4)
         seconds, store = median_seconds(lambda: load_rlds(tmp / "rlds", fps=10, progress=False))
-        rows.append(row("RLDS", "8x10 PNG image, state, action, reward", seconds, store, E * n))
+        rows.append(row("RLDS", "8x10 PNG image, state, action, reward", seconds, store))
 
         ranges = tuple((e * n, e * n + n - 1) for e in range(E))
         write_calvin(tmp / "calvin" / "training", ranges=ranges)
@@ -143,7 +152,7 @@ def main(argv=None):
             lambda: load_calvin(tmp / "calvin", "training", progress=False)
         )
         rows.append(
-            row("CALVIN", "6x6 image, robot_obs, rel_actions (npz a frame)", seconds, store, E * n)
+            row("CALVIN", "6x6 image, robot_obs, rel_actions (npz a frame)", seconds, store)
         )
 
         paths = []

@@ -22,13 +22,15 @@ def frame_ns(n):
 
 
 def write_robomimic(path, lengths=(5, 1, 9)):
-    """demo_0, demo_1, demo_10, ... as robomimic writes them."""
+    """demo_0, demo_1, demo_10, demo_2, ... (so names sort apart from numbers)
+    as robomimic writes them."""
     rng = np.random.default_rng()
+    numbers = [0, 1, 10] + [k for k in range(2, len(lengths) + 2) if k != 10]
     demos = {}
     with h5py.File(path, "w") as f:
         data = f.create_group("data")
         data.attrs["env_args"] = '{"env_name": "Lift"}'
-        for i, n in zip((0, 1, 10), lengths):
+        for i, n in zip(numbers, lengths):
             g = data.create_group(f"demo_{i}")
             g.attrs["num_samples"] = n
             demo = {
@@ -94,7 +96,7 @@ def test_robomimic_bad_files(tmp_path):
 # ---------------------------------------------------------------------------
 
 
-def write_replay_buffer(path, lengths=(4, 1, 7)):
+def write_replay_buffer(path, lengths=(4, 1, 7), chunk_rows=3):
     rng = np.random.default_rng()
     N = sum(lengths)
     arrays = {
@@ -104,7 +106,7 @@ def write_replay_buffer(path, lengths=(4, 1, 7)):
     }
     root = zarr.open_group(str(path), mode="w", zarr_format=2)
     for key, value in arrays.items():
-        root.create_array(f"data/{key}", data=value, chunks=(3,) + value.shape[1:])
+        root.create_array(f"data/{key}", data=value, chunks=(chunk_rows,) + value.shape[1:])
     root.create_array("meta/episode_ends", data=np.cumsum(lengths).astype(np.int64))
     return arrays, lengths
 

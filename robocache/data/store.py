@@ -67,9 +67,17 @@ class _Moments:
 
     def _add(self, values):
         n = values.shape[0]
-        x = values.double()
-        mean, m2 = x.mean(0), ((x - x.mean(0)) ** 2).sum(0)
-        lo, hi = x.amin(0), x.amax(0)
+        if values.dtype in _SMALL_INTEGERS:  # exact integer sums, 4-byte temporaries
+            x = values.to(torch.int32)
+            total = x.sum(0, dtype=torch.int64).double()
+            mean = total / n
+            m2 = x.square_().sum(0, dtype=torch.int64).double() - total * mean
+            lo, hi = values.amin(0).double(), values.amax(0).double()
+        else:
+            x = values.double()
+            mean = x.mean(0)
+            m2 = ((x - mean) ** 2).sum(0)
+            lo, hi = x.amin(0), x.amax(0)
         if self.count == 0:
             self.count, self.mean, self.m2, self.min, self.max = n, mean, m2, lo, hi
             return
@@ -204,6 +212,8 @@ class _Builder:
 
 
 _INTEGER_STATS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+# Integers whose squares sum exactly in int64 over a chunk of _Moments.add.
+_SMALL_INTEGERS = (torch.uint8, torch.int8, torch.int16)
 
 
 class EpisodeStore:

@@ -53,7 +53,7 @@ format: $(VENV)/.lint
 
 $(VENV)/.deps:
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q "$(TORCH)" ninja pytest expecttest numpy safetensors tqdm h5py "zarr>=3" pyarrow av tfrecord pillow rosbags setuptools wheel
+	$(PY) -m pip install -q "$(TORCH)" ninja pytest expecttest numpy safetensors tqdm h5py "zarr>=3" pyarrow av tfrecord pillow rosbags mcap mcap-protobuf-support setuptools wheel
 	touch $@
 
 $(VENV)/.built: $(VENV)/.deps $(SOURCES)

@@ -7,7 +7,15 @@ nanosecond times, episode offsets) and keeps them on one device;
 processes and no per-sample Python.
 """
 
-from .loaders import load_bag, load_calvin, load_lerobot, load_rlds, load_robomimic, load_zarr
+from .loaders import (
+    load_bag,
+    load_calvin,
+    load_lerobot,
+    load_mcap,
+    load_rlds,
+    load_robomimic,
+    load_zarr,
+)
 from .sampler import WindowSampler
 from .store import EpisodeStore, PackedStream
 
@@ -18,6 +26,7 @@ __all__ = [
     "load_bag",
     "load_calvin",
     "load_lerobot",
+    "load_mcap",
     "load_rlds",
     "load_robomimic",
     "load_zarr",

@@ -1,8 +1,10 @@
-"""What the loaders share: frame clocks, errors that name the place, and
-skip_bad's report."""
+"""What the loaders share: frame clocks, errors that name the place,
+skip_bad's report, and the timelines of logs (bags, MCAP): per-stream
+arrays, and episodes split at pauses."""
 
 import warnings
 
+import numpy as np
 import torch
 
 
@@ -36,3 +38,69 @@ def skipping(episodes, skip_bad, what):
             f"{what}: skipped {len(skipped)} bad episode(s):\n  " + "\n  ".join(skipped),
             stacklevel=3,
         )
+
+
+def stack_streams(where, values, times):
+    """name -> (values (n, *shape), int64 ns times (n,)) from per-message
+    lists; a shape that changes within a stream, or times that go backwards,
+    are errors."""
+    out = {}
+    for name in values:
+        t = np.asarray(times[name], dtype=np.int64)
+        shapes = {v.shape for v in values[name]}
+        if len(shapes) > 1:
+            raise LoaderError(
+                f"{where}, stream {name!r}: the shape changes within the file: {sorted(shapes)}"
+            )
+        if np.any(np.diff(t) < 0):
+            i = int(np.nonzero(np.diff(t) < 0)[0][0])
+            raise LoaderError(f"{where}, stream {name!r}: times go backwards at message {i + 1}")
+        out[name] = (np.stack(values[name]) if values[name] else np.zeros((0,)), t)
+    return out
+
+
+def split_at_pauses(streams, gap):
+    """The episodes of one log: all of it (gap None), or the pieces between
+    pauses of the merged timeline longer than gap ns."""
+    times = [t for _, t in streams.values() if len(t)]
+    bounds = []
+    if gap is not None and times:
+        merged = np.sort(np.concatenate(times))
+        bounds = [int(merged[i + 1]) for i in np.nonzero(np.diff(merged) > gap)[0]]
+    edges = [-(2**63)] + bounds + [2**63 - 1]
+    for k in range(len(edges) - 1):
+        episode = {}
+        for name, (v, t) in streams.items():
+            if len(t):
+                keep = (t >= edges[k]) & (t < edges[k + 1])
+                episode[name] = (v[keep], t[keep])
+        yield episode
+
+
+def log_episodes(paths, read, gap, skip_bad, what):
+    """Episodes of log files, numbered across files: read(path) gives a
+    file's streams (stack_streams); each file splits at pauses."""
+    index = 0
+    for path in paths:
+        thunk = [(str(path), lambda p=path: list(split_at_pauses(read(p), gap)))]
+        for episodes in skipping(thunk, skip_bad, what):
+            for episode in episodes:
+                episode["episode_index"] = index
+                index += 1
+                yield episode
+
+
+def as_paths(paths):
+    """A path or a list of them, as a list."""
+    single = isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__")
+    return [paths] if single else list(paths)
+
+
+def field_names(topics):
+    """(topic, field path) -> stream name, for topic -> field path(s)."""
+    fields = {}
+    for topic, picks in topics.items():
+        picks = [picks] if picks is None or isinstance(picks, str) else list(picks)
+        for pick in picks:
+            fields[(topic, pick or "")] = f"{topic}.{pick}" if pick else topic
+    return fields

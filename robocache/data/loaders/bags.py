@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..store import EpisodeStore
-from ._common import LoaderError, skipping
+from ._common import LoaderError, as_paths, field_names, log_episodes, stack_streams
 
 __all__ = ["load_bag"]
 
@@ -52,17 +52,6 @@ def _stamp(msg):
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
-def _split(times, gap):
-    """Segment boundaries where the merged timeline pauses longer than gap ns."""
-    merged = (
-        np.sort(np.concatenate([t for t in times if len(t)])) if times else np.zeros(0, np.int64)
-    )
-    if gap is None or len(merged) < 2:
-        return []
-    cut = np.nonzero(np.diff(merged) > gap)[0]
-    return [int(merged[i + 1]) for i in cut]
-
-
 def load_bag(
     paths,
     topics,
@@ -97,14 +86,8 @@ def load_bag(
 
     if time_source not in ("header", "log"):
         raise ValueError(f"load_bag: time_source must be 'header' or 'log'; got {time_source!r}")
-    paths = (
-        [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else list(paths)
-    )
-    fields = {}
-    for topic, picks in topics.items():
-        picks = [picks] if picks is None or isinstance(picks, str) else list(picks)
-        for pick in picks:
-            fields[(topic, pick or "")] = f"{topic}.{pick}" if pick else topic
+    paths = as_paths(paths)
+    fields = field_names(topics)
     gap = None if split_gap_s is None else int(round(split_gap_s * 1e9))
 
     def read(path):
@@ -131,45 +114,7 @@ def load_bag(
             raise
         except Exception as e:  # rosbags raises its own types for unreadable or truncated files
             raise LoaderError(f"{where}: cannot read the bag: {e}") from e
-        out = {}
-        for name in fields.values():
-            t = np.asarray(times[name], dtype=np.int64)
-            shapes = {v.shape for v in values[name]}
-            if len(shapes) > 1:
-                raise LoaderError(
-                    f"{where}, stream {name!r}: the shape changes within the file: {sorted(shapes)}"
-                )
-            v = np.stack(values[name]) if values[name] else np.zeros((0,))
-            out[name] = (v, t)
-        return where, out
+        return stack_streams(where, values, times)
 
-    def episodes_of(path):
-        where, streams = read(path)
-        for name, (_, t) in streams.items():
-            if np.any(np.diff(t) < 0):
-                i = int(np.nonzero(np.diff(t) < 0)[0][0])
-                raise LoaderError(
-                    f"{where}, stream {name!r}: times go backwards at message {i + 1}"
-                )
-        bounds = _split([t for _, t in streams.values()], gap)
-        edges = [-(2**63)] + bounds + [2**63 - 1]
-        for k in range(len(edges) - 1):
-            episode = {}
-            for name, (v, t) in streams.items():
-                if len(t):
-                    keep = (t >= edges[k]) & (t < edges[k + 1])
-                    episode[name] = (v[keep], t[keep])
-            yield episode
-
-    def all_episodes():
-        index = 0
-        for path in paths:
-            for episode in skipping(
-                [(str(path), lambda p=path: list(episodes_of(p)))], skip_bad, "load_bag"
-            ):
-                for ep in episode:
-                    ep["episode_index"] = index
-                    index += 1
-                    yield ep
-
-    return EpisodeStore.from_episodes(all_episodes(), progress=progress, device=device)
+    episodes = log_episodes(paths, read, gap, skip_bad, "load_bag")
+    return EpisodeStore.from_episodes(episodes, progress=progress, device=device)

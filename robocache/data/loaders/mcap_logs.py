@@ -1,0 +1,221 @@
+"""Plain MCAP logs (not ROS): channels of JSON or protobuf messages, read with
+the mcap package (and mcap-protobuf-support for protobuf schemas). A topic
+(with a field path) becomes a stream on its own clock: the log time, the
+publish time, or a timestamp field of the message. ROS 2 bags in mcap storage
+go through ``load_bag``."""
+
+import io
+import json
+
+import numpy as np
+
+from ..store import EpisodeStore
+from ._common import LoaderError, as_paths, field_names, log_episodes, stack_streams
+
+__all__ = ["load_mcap"]
+
+_SECONDS = ("sec", "seconds", "secs")
+_NANOS = ("nanosec", "nanos", "nsec", "nsecs")
+
+
+def _get(node, part):
+    if isinstance(node, dict):
+        return node[part] if part in node else _MISSING
+    # A protobuf message: getattr, or a name the schema lacks.
+    return getattr(node, part) if hasattr(node, part) else _MISSING
+
+
+_MISSING = object()
+
+
+def _keys(node):
+    if isinstance(node, dict):
+        return sorted(node)
+    descriptor = getattr(node, "DESCRIPTOR", None)
+    return sorted(f.name for f in descriptor.fields) if descriptor is not None else []
+
+
+def _at(message, path, where):
+    node = message
+    for part in path.split(".") if path else []:
+        child = _get(node, part)
+        if child is _MISSING:
+            raise LoaderError(
+                f"{where}: the message has no field {part!r} (path {path!r}); it has {_keys(node)}"
+            )
+        node = child
+    return node
+
+
+def _pick(message, path, where):
+    """The value at a field path; ``"image"`` is the message itself when it
+    has no such field (a CompressedImage: its ``data`` bytes)."""
+    if path == "image" and _get(message, "image") is _MISSING:
+        return message
+    return _at(message, path, where)
+
+
+def _array(value, where):
+    """Vectors (x, y, z[, w]) as arrays; lists and numbers as they are; an
+    image (bytes, or a message with ``data`` bytes) decoded with PIL."""
+    if isinstance(value, (bytes, bytearray)) or isinstance(_get(value, "data"), bytes):
+        from PIL import Image, UnidentifiedImageError
+
+        data = value if isinstance(value, (bytes, bytearray)) else _get(value, "data")
+        try:
+            return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        except (OSError, UnidentifiedImageError) as e:
+            raise LoaderError(f"{where}: cannot decode the image: {e}") from e
+    if all(_get(value, axis) is not _MISSING for axis in "xyz") and not isinstance(
+        value, (list, tuple)
+    ):
+        axes = "xyzw" if _get(value, "w") is not _MISSING else "xyz"
+        return np.array([float(_get(value, a)) for a in axes], dtype=np.float64)
+    try:
+        array = np.asarray(list(value) if hasattr(value, "__len__") else value)
+    except (TypeError, ValueError) as e:
+        raise LoaderError(f"{where}: the value is not numeric: {e}") from e
+    if array.dtype == object or array.dtype.kind in "US":
+        raise LoaderError(f"{where}: the value is not numeric (got {array.dtype})")
+    return array
+
+
+def _nanoseconds(value, where):
+    """int ns, or a time with seconds and nanoseconds fields (ROS's
+    sec/nanosec, protobuf's seconds/nanos)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    seconds = next((_get(value, n) for n in _SECONDS if _get(value, n) is not _MISSING), None)
+    nanos = next((_get(value, n) for n in _NANOS if _get(value, n) is not _MISSING), None)
+    if seconds is None or nanos is None:
+        raise LoaderError(
+            f"{where}: a time must be int nanoseconds or have seconds and nanoseconds fields "
+            f"(sec/nanosec or seconds/nanos); got {value!r}"
+        )
+    return int(seconds) * 1_000_000_000 + int(nanos)
+
+
+def load_mcap(
+    paths,
+    topics,
+    *,
+    time_source="log",
+    split_gap_s=None,
+    progress=True,
+    skip_bad=False,
+    device=None,
+):
+    """An EpisodeStore of plain MCAP files with JSON or protobuf channels:
+    each file an episode, or split where every topic pauses for longer than
+    ``split_gap_s``.
+
+    Args:
+        paths: an ``.mcap`` file, or a list of them.
+        topics: topic -> field path(s) picking the values: ``"position"``,
+            ``"wrench.force"`` (a vector: its x, y, z), ``"image"`` (a
+            message with ``data`` bytes, e.g. a CompressedImage, decoded to
+            (H, W, 3) uint8), ``""`` or None for the whole message. Streams are
+            named ``"<topic>.<field>"`` (the topic alone for None/"").
+        time_source: ``"log"`` or ``"publish"`` (the record's times), or the
+            field path of a timestamp in the message (``"timestamp"``,
+            ``"header.stamp"``): int nanoseconds, or seconds and nanoseconds
+            fields.
+        split_gap_s: split a file into episodes at pauses of the merged
+            timeline longer than this (seconds); None: one episode per file.
+        progress: show a progress bar.
+        skip_bad: skip files that fail a check (reported) instead of raising.
+        device: build the store there (default: the host).
+    """
+    from mcap.exceptions import McapError
+    from mcap.reader import make_reader
+
+    if not isinstance(time_source, str) or not time_source:
+        raise ValueError(
+            f"load_mcap: time_source must be 'log', 'publish' or a field path; got {time_source!r}"
+        )
+    paths = as_paths(paths)
+    fields = field_names(topics)
+    gap = None if split_gap_s is None else int(round(split_gap_s * 1e9))
+
+    def protobuf_factory():
+        try:
+            from mcap_protobuf.decoder import DecoderFactory
+        except ImportError:  # protobuf channels then raise, naming the package
+            return None
+        return DecoderFactory()
+
+    def read(path):
+        where = f"load_mcap({path})"
+        values = {name: [] for name in fields.values()}
+        times = {name: [] for name in fields.values()}
+        try:
+            with open(path, "rb") as f:
+                reader = make_reader(f)
+                decode = _Decoders(protobuf_factory())
+                channels = reader.get_summary().channels if reader.get_summary() else {}
+                present = {c.topic for c in channels.values()}
+                missing = sorted(set(topics) - present)
+                if missing and channels:
+                    raise LoaderError(
+                        f"{where}: no topic {missing[0]!r}; the topics are {sorted(present)}"
+                    )
+                for schema, channel, record in reader.iter_messages(topics=list(topics)):
+                    here = f"{where}, topic {channel.topic!r}"
+                    message = decode(schema, channel, record.data, here)
+                    if time_source == "log":
+                        t = int(record.log_time)
+                    elif time_source == "publish":
+                        t = int(record.publish_time)
+                    else:
+                        t = _nanoseconds(_at(message, time_source, here), here)
+                    for (topic, pick), name in fields.items():
+                        if topic == channel.topic:
+                            values[name].append(_array(_pick(message, pick, here), here))
+                            times[name].append(t)
+        except LoaderError:
+            raise
+        except (McapError, OSError, EOFError, ValueError, KeyError) as e:
+            raise LoaderError(f"{where}: cannot read the file: {e!r}") from e
+        streams = stack_streams(where, values, times)
+        for name, (_, t) in streams.items():
+            if len(t) == 0:
+                raise LoaderError(f"{where}, stream {name!r}: no messages")
+        return streams
+
+    episodes = log_episodes(paths, read, gap, skip_bad, "load_mcap")
+    return EpisodeStore.from_episodes(episodes, progress=progress, device=device)
+
+
+class _Decoders:
+    """Messages as dicts (JSON) or protobuf messages; one decoder a channel."""
+
+    def __init__(self, protobuf):
+        self.protobuf, self.by_channel = protobuf, {}
+
+    def __call__(self, schema, channel, data, where):
+        decoder = self.by_channel.get(channel.id)
+        if decoder is None:
+            decoder = self.by_channel[channel.id] = self._decoder(schema, channel, where)
+        return decoder(data)
+
+    def _decoder(self, schema, channel, where):
+        encoding = channel.message_encoding
+        if encoding == "json":
+
+            def from_json(data):
+                try:
+                    return json.loads(data)
+                except ValueError as e:
+                    raise LoaderError(f"{where}: a message is not JSON: {e}") from e
+
+            return from_json
+        if encoding == "protobuf":
+            if self.protobuf is None:
+                raise LoaderError(
+                    f"{where}: protobuf channels need mcap-protobuf-support "
+                    "(pip install robocache[mcap])"
+                )
+            return self.protobuf.decoder_for(encoding, schema)
+        raise LoaderError(
+            f"{where}: message encoding {encoding!r} is not json or protobuf (ROS 2 logs: load_bag)"
+        )

@@ -33,8 +33,9 @@ def clock(rate_hz, seconds, rng, pause=False):
     return t + np.where(pause & (t > seconds * 5e8), 10**9, 0)
 
 
-def write_bag(path, storage, seconds=0.4, pause=False):
-    """With pause, the second half of the recording comes 1 s later."""
+def write_bag(path, storage, seconds=0.4, pause=False, marks=()):
+    """With pause, the second half of the recording comes 1 s later; marks
+    (ns after the start) are PointStamped messages on /episode_start."""
     rng = np.random.default_rng()
     written = {
         "/joint_states.position": [],
@@ -108,6 +109,13 @@ def write_bag(path, storage, seconds=0.4, pause=False):
         )
         written["/camera/image.image"].append(img)
         stamps["/camera/image.image"].append(T0 + int(t))
+    PointStamped, Point = (
+        TS.types["geometry_msgs/msg/PointStamped"],
+        TS.types["geometry_msgs/msg/Point"],
+    )
+    for t in marks:
+        mark = PointStamped(header=header(T0 + int(t)), point=Point(x=0.0, y=0.0, z=0.0))
+        messages.append(("/episode_start", "geometry_msgs/msg/PointStamped", T0 + int(t), mark))
     log_delay = 3 * MS  # logged a little after acquisition
     messages.sort(key=lambda m: m[2])
     with Writer(path, version=8, storage_plugin=storage) as writer:
@@ -155,6 +163,18 @@ def test_files_are_episodes_and_gaps_split_them(tmp_path):
         first = int((t < T0 + 6 * 10**8).sum())  # before the 1 s pause
         assert split[key].offsets.tolist() == [0, first, len(t)], key
         assert torch.equal(split[key].values, torch.from_numpy(written[key]))
+
+
+def test_a_marker_topic_starts_episodes(tmp_path):
+    written, stamps = write_bag(tmp_path / "run", StoragePlugin.MCAP, marks=(100 * MS, 250 * MS))
+    store = load_bag(tmp_path / "run", TOPICS, marker_topic="/episode_start", progress=False)
+    assert store.num_episodes == 3
+    for key, t in stamps.items():
+        cuts = [int((t < T0 + m).sum()) for m in (100 * MS, 250 * MS)]
+        assert store[key].offsets.tolist() == [0, *cuts, len(t)], key
+        assert torch.equal(store[key].values, torch.from_numpy(written[key]))
+    with pytest.raises(LoaderError, match="no topic '/episode_end'"):
+        load_bag(tmp_path / "run", TOPICS, marker_topic="/episode_end", progress=False)
 
 
 def test_bad_bags(tmp_path):

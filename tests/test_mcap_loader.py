@@ -173,6 +173,26 @@ def test_files_are_episodes_and_pauses_split_them(tmp_path):
         assert torch.equal(split[key].values, torch.from_numpy(values))
 
 
+def test_a_marker_topic_starts_episodes(tmp_path):
+    path = tmp_path / "marked.mcap"
+    with open(path, "wb") as f:
+        writer = JsonWriter(f)
+        writer.start()
+        schema = writer.register_schema(name="R", encoding="jsonschema", data=b"{}")
+        joints = writer.register_channel("/joints", message_encoding="json", schema_id=schema)
+        marker = writer.register_channel("/episode", message_encoding="json", schema_id=schema)
+        for k in range(10):
+            if k in (0, 4, 7):  # an episode starts with frame k
+                writer.add_message(marker, log_time=10 * k, data=b"{}", publish_time=10 * k)
+            body = json.dumps({"position": [float(k)]}).encode()
+            writer.add_message(joints, log_time=10 * k, data=body, publish_time=10 * k)
+        writer.finish()
+    store = load_mcap(path, {"/joints": "position"}, marker_topic="/episode", progress=False)
+    assert store.num_episodes == 3  # the mark at the first message makes no empty episode
+    assert store["/joints.position"].offsets.tolist() == [0, 4, 7, 10]
+    assert store["/joints.position"].values.flatten().tolist() == [float(k) for k in range(10)]
+
+
 def test_bad_files_name_the_file_topic_and_field(tmp_path):
     write_json_mcap(tmp_path / "run.mcap")
     path = tmp_path / "run.mcap"

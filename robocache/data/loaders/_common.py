@@ -59,30 +59,32 @@ def stack_streams(where, values, times):
     return out
 
 
-def split_at_pauses(streams, gap):
-    """The episodes of one log: all of it (gap None), or the pieces between
-    pauses of the merged timeline longer than gap ns."""
+def split_log(streams, marks=(), gap=None):
+    """The episodes of one log: all of it, cut where the merged timeline
+    pauses longer than gap ns (None: never) and at each mark (a time that
+    starts a new episode). Pieces without samples are dropped."""
     times = [t for _, t in streams.values() if len(t)]
-    bounds = []
+    bounds = {int(m) for m in marks}
     if gap is not None and times:
         merged = np.sort(np.concatenate(times))
-        bounds = [int(merged[i + 1]) for i in np.nonzero(np.diff(merged) > gap)[0]]
-    edges = [-(2**63)] + bounds + [2**63 - 1]
+        bounds.update(int(merged[i + 1]) for i in np.nonzero(np.diff(merged) > gap)[0])
+    edges = [-(2**63)] + sorted(bounds) + [2**63 - 1]
     for k in range(len(edges) - 1):
         episode = {}
         for name, (v, t) in streams.items():
             if len(t):
                 keep = (t >= edges[k]) & (t < edges[k + 1])
                 episode[name] = (v[keep], t[keep])
-        yield episode
+        if any(len(t) for _, t in episode.values()):
+            yield episode
 
 
 def log_episodes(paths, read, gap, skip_bad, what):
     """Episodes of log files, numbered across files: read(path) gives a
-    file's streams (stack_streams); each file splits at pauses."""
+    file's streams (stack_streams) and its marks; each file is split."""
     index = 0
     for path in paths:
-        thunk = [(str(path), lambda p=path: list(split_at_pauses(read(p), gap)))]
+        thunk = [(str(path), lambda p=path: list(split_log(*read(p), gap=gap)))]
         for episodes in skipping(thunk, skip_bad, what):
             for episode in episodes:
                 episode["episode_index"] = index

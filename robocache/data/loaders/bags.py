@@ -58,12 +58,14 @@ def load_bag(
     *,
     time_source="header",
     split_gap_s=None,
+    marker_topic=None,
     progress=True,
     skip_bad=False,
     device=None,
 ):
     """An EpisodeStore of ROS bags: each file an episode, or split where every
-    topic pauses for longer than ``split_gap_s``.
+    topic pauses for longer than ``split_gap_s`` and at each message of
+    ``marker_topic``.
 
     Args:
         paths: a bag (ROS 2 directory with sqlite3 or mcap storage, or a ROS 1
@@ -78,6 +80,8 @@ def load_bag(
             ``"log"`` (when the message was logged), int64 ns.
         split_gap_s: split a file into episodes at pauses of the merged
             timeline longer than this (seconds); None: one episode per file.
+        marker_topic: a topic whose every message starts a new episode at
+            its time (on the same time source), e.g. a "/episode_start" topic.
         skip_bad: skip files that fail a check (reported) instead of raising.
         device: build the store there (default: the host); each episode moves
             there as it is read, so host memory holds only episodes in flight.
@@ -88,16 +92,18 @@ def load_bag(
         raise ValueError(f"load_bag: time_source must be 'header' or 'log'; got {time_source!r}")
     paths = as_paths(paths)
     fields = field_names(topics)
+    wanted = set(topics) | ({marker_topic} if marker_topic else set())
     gap = None if split_gap_s is None else int(round(split_gap_s * 1e9))
 
     def read(path):
         where = f"load_bag({path})"
         values = {name: [] for name in fields.values()}
         times = {name: [] for name in fields.values()}
+        marks = []
         try:
             with AnyReader([Path(path)]) as reader:
-                connections = [c for c in reader.connections if c.topic in topics]
-                missing = sorted(set(topics) - {c.topic for c in connections})
+                connections = [c for c in reader.connections if c.topic in wanted]
+                missing = sorted(wanted - {c.topic for c in connections})
                 if missing:
                     raise LoaderError(
                         f"{where}: no topic {missing[0]!r}; the topics are {sorted(c.topic for c in reader.connections)}"
@@ -106,6 +112,8 @@ def load_bag(
                     msg = reader.deserialize(raw, connection.msgtype)
                     here = f"{where}, topic {connection.topic!r}"
                     t = _stamp(msg) if time_source == "header" else int(log_time)
+                    if connection.topic == marker_topic:
+                        marks.append(t)
                     for (topic, pick), name in fields.items():
                         if topic == connection.topic:
                             values[name].append(_value(msg, pick, here))
@@ -114,7 +122,7 @@ def load_bag(
             raise
         except Exception as e:  # rosbags raises its own types for unreadable or truncated files
             raise LoaderError(f"{where}: cannot read the bag: {e}") from e
-        return stack_streams(where, values, times)
+        return stack_streams(where, values, times), marks
 
     episodes = log_episodes(paths, read, gap, skip_bad, "load_bag")
     return EpisodeStore.from_episodes(episodes, progress=progress, device=device)

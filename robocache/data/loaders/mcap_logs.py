@@ -101,13 +101,14 @@ def load_mcap(
     *,
     time_source="log",
     split_gap_s=None,
+    marker_topic=None,
     progress=True,
     skip_bad=False,
     device=None,
 ):
     """An EpisodeStore of plain MCAP files with JSON or protobuf channels:
     each file an episode, or split where every topic pauses for longer than
-    ``split_gap_s``.
+    ``split_gap_s`` and at each message of ``marker_topic``.
 
     Args:
         paths: an ``.mcap`` file, or a list of them.
@@ -122,6 +123,8 @@ def load_mcap(
             fields.
         split_gap_s: split a file into episodes at pauses of the merged
             timeline longer than this (seconds); None: one episode per file.
+        marker_topic: a topic whose every message starts a new episode at
+            its time (on the same time source), e.g. a "/episode_start" topic.
         progress: show a progress bar.
         skip_bad: skip files that fail a check (reported) instead of raising.
         device: build the store there (default: the host).
@@ -135,6 +138,7 @@ def load_mcap(
         )
     paths = as_paths(paths)
     fields = field_names(topics)
+    wanted = set(topics) | ({marker_topic} if marker_topic else set())
     gap = None if split_gap_s is None else int(round(split_gap_s * 1e9))
 
     def protobuf_factory():
@@ -148,18 +152,19 @@ def load_mcap(
         where = f"load_mcap({path})"
         values = {name: [] for name in fields.values()}
         times = {name: [] for name in fields.values()}
+        marks = []
         try:
             with open(path, "rb") as f:
                 reader = make_reader(f)
                 decode = _Decoders(protobuf_factory())
                 channels = reader.get_summary().channels if reader.get_summary() else {}
                 present = {c.topic for c in channels.values()}
-                missing = sorted(set(topics) - present)
+                missing = sorted(wanted - present)
                 if missing and channels:
                     raise LoaderError(
                         f"{where}: no topic {missing[0]!r}; the topics are {sorted(present)}"
                     )
-                for schema, channel, record in reader.iter_messages(topics=list(topics)):
+                for schema, channel, record in reader.iter_messages(topics=sorted(wanted)):
                     here = f"{where}, topic {channel.topic!r}"
                     message = decode(schema, channel, record.data, here)
                     if time_source == "log":
@@ -168,6 +173,8 @@ def load_mcap(
                         t = int(record.publish_time)
                     else:
                         t = _nanoseconds(_at(message, time_source, here), here)
+                    if channel.topic == marker_topic:
+                        marks.append(t)
                     for (topic, pick), name in fields.items():
                         if topic == channel.topic:
                             values[name].append(_array(_pick(message, pick, here), here))
@@ -180,7 +187,7 @@ def load_mcap(
         for name, (_, t) in streams.items():
             if len(t) == 0:
                 raise LoaderError(f"{where}, stream {name!r}: no messages")
-        return streams
+        return streams, marks
 
     episodes = log_episodes(paths, read, gap, skip_bad, "load_mcap")
     return EpisodeStore.from_episodes(episodes, progress=progress, device=device)

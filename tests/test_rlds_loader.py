@@ -138,6 +138,16 @@ def test_rlds_round_trip_is_exact(tmp_path):
             ]
 
 
+def test_rlds_images_decode_with_torchvision_on_a_device(tmp_path, device):
+    pytest.importorskip("torchvision")
+    write_rlds(tmp_path)
+    on_host = load_rlds(tmp_path, fps=FPS, progress=False)
+    decoded = load_rlds(tmp_path, fps=FPS, progress=False, decode_on=device, device=device)
+    assert decoded.device.type == device
+    for key in on_host.keys():  # PNG is lossless: the same pixels as PIL's
+        assert torch.equal(decoded[key].values.cpu(), on_host[key].values), key
+
+
 def test_rlds_bad_datasets(tmp_path):
     write_rlds(tmp_path / "ok")
     with pytest.raises(LoaderError, match=r"no step feature 'observation/wrist'"):

@@ -58,15 +58,23 @@ def _steps_spec(features, where):
 
 
 def _decode_images(blobs, shape, device, here):
+    """(n, *shape) uint8: PIL on the host, or torchvision on ``device`` (JPEG
+    with nvJPEG in one batched call; other formats decoded on the host and
+    moved), the frames staying there."""
     if device is not None:
         import torch
-        from torchvision.io import decode_image
+        from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 
-        frames = [
-            decode_image(torch.frombuffer(bytearray(b), dtype=torch.uint8), device=device)
-            for b in blobs
-        ]
-        return torch.stack(frames).permute(0, 2, 3, 1).cpu().numpy()
+        mode = ImageReadMode.RGB if shape[-1] == 3 else ImageReadMode.GRAY
+        data = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
+        try:
+            if all(bytes(b[:3]) == b"\xff\xd8\xff" for b in blobs):  # JPEG
+                frames = decode_jpeg(data, mode=mode, device=device)
+            else:
+                frames = [decode_image(d, mode=mode).to(device) for d in data]
+        except RuntimeError as e:
+            raise LoaderError(f"{here}: an image does not decode: {e}") from e
+        return torch.stack(frames).permute(0, 2, 3, 1).reshape(len(frames), *shape)
     from PIL import Image
 
     frames = []

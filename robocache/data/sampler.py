@@ -11,6 +11,7 @@ import numbers
 import torch
 
 from .._windows import sample_windows
+from . import _ranks
 
 __all__ = ["WindowSampler"]
 
@@ -63,6 +64,16 @@ class WindowSampler:
             [0, 1], and (H, W, C) frames as (C, H, W)).
         key_age: also return ``<key>_age``: seconds from the sample read to
             the query (see sample_windows).
+        rank, world_size: this process's place among data-parallel ranks
+            (default: torch.distributed's when it is initialized, else the
+            store's shard's, else 0 of 1). A whole store is replicated: the
+            epoch's permutation (the same on every rank) is padded by
+            wrapping around (or cut, with drop_last) to a multiple of
+            world_size and dealt out. A shard (``EpisodeStore.load(...,
+            shard=(rank, world_size))``) holds whole episodes: each rank
+            permutes its own anchors, by (seed, epoch, rank), wrapping around
+            to the largest rank's count (or cut to the smallest's). Every
+            rank draws the same number of batches, with no collective call.
 
     A batch is a dict: ``key`` (B, len(deltas), *shape), ``key_is_pad``
     (B, len(deltas)) bool, and ``index``, ``episode_index``, ``frame_index``,
@@ -89,8 +100,11 @@ class WindowSampler:
         normalize=None,
         images="uint8",
         key_age=False,
+        rank=None,
+        world_size=None,
     ):
         self.store = store
+        self.rank, self.world_size = _ranks.resolve(rank, world_size, store)
         self.device = torch.device(device) if device is not None else store.device
         if not isinstance(delta_timestamps, dict) or not delta_timestamps:
             raise ValueError(
@@ -150,10 +164,18 @@ class WindowSampler:
             raise ValueError(
                 f"WindowSampler: batch_size must be a positive int; got {batch_size!r}"
             )
-        if drop_last and batch_size > self._anchors.numel():
+        self._per_rank = _ranks.per_rank(
+            store,
+            self.anchor,
+            drop_n_last_frames,
+            self._anchors.numel(),
+            self.world_size,
+            drop_last,
+        )
+        if drop_last and batch_size > self._per_rank:
             raise ValueError(
-                f"WindowSampler: batch_size {batch_size} exceeds the {self._anchors.numel()} anchors "
-                "of an epoch, and drop_last=True would leave no batch"
+                f"WindowSampler: batch_size {batch_size} exceeds the {self._per_rank} anchors "
+                "a rank visits an epoch, and drop_last=True would leave no batch"
             )
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, int(seed)
         self.drop_last, self.key_age, self.epoch = drop_last, key_age, 0
@@ -238,7 +260,8 @@ class WindowSampler:
     # -- epochs --------------------------------------------------------------------
 
     def set_epoch(self, epoch):
-        """The permutation of the next iteration is fixed by (seed, epoch)."""
+        """The permutation of the next iteration is fixed by (seed, epoch),
+        and by rank for a sharded store."""
         self.epoch = int(epoch)
 
     @property
@@ -246,15 +269,22 @@ class WindowSampler:
         return int(self._anchors.numel())
 
     def __len__(self):
-        n = self.num_anchors
+        """Batches an epoch, the same on every rank."""
+        n = self._per_rank
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self):
-        order = self._anchors
+        sharded = self.store.shard is not None
+        gen = None
         if self.shuffle:
-            gen = torch.Generator(device=order.device)
-            gen.manual_seed((self.seed * 1_000_003 + self.epoch) % (2**63))
-            order = order[torch.randperm(order.numel(), generator=gen, device=order.device)]
+            gen = torch.Generator(device=self._anchors.device)
+            seed = self.seed * 1_000_003 + self.epoch
+            if sharded:  # each rank permutes its own episodes' anchors
+                seed = seed * 1_000_033 + self.rank
+            gen.manual_seed(seed % (2**63))
+        order = _ranks.epoch_order(
+            self._anchors, self._per_rank, self.rank, self.world_size, sharded, gen
+        )
         for i in range(len(self)):
             yield self.batch_at(order[i * self.batch_size : (i + 1) * self.batch_size])
 

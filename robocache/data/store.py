@@ -20,6 +20,8 @@ from safetensors import safe_open
 from safetensors.torch import load, load_file, save_file
 from tqdm.auto import tqdm
 
+from .shards import take_shard
+
 __all__ = ["EpisodeStore", "PackedStream"]
 
 _FORMAT = "robocache.EpisodeStore"
@@ -228,15 +230,18 @@ class EpisodeStore:
             as the source counts them) and ``task_index``, each (E,) int64.
         tasks: task strings; ``tasks[task_index]``.
         fps: the source's frame rate, or None.
+        shard: a ``Shard`` when the store is one rank's episodes of a larger
+            one (``take_shard``, ``load(shard=...)``), else None.
     """
 
-    def __init__(self, streams, episodes, tasks, fps=None):
+    def __init__(self, streams, episodes, tasks, fps=None, shard=None):
         if not streams:
             raise ValueError("EpisodeStore: a store needs at least one stream")
         self.streams = dict(streams)
         self.episodes = dict(episodes)
         self.tasks = list(tasks)
         self.fps = None if fps is None else float(fps)
+        self.shard = shard
         E = self.num_episodes
         for key, s in self.streams.items():
             if s.offsets.shape != (E + 1,):
@@ -370,12 +375,23 @@ class EpisodeStore:
     def _map(self, fn):
         streams = {k: s.map(fn) for k, s in self.streams.items()}
         episodes = {k: fn(v) for k, v in self.episodes.items()}
-        return EpisodeStore(streams, episodes, self.tasks, self.fps)
+        return EpisodeStore(streams, episodes, self.tasks, self.fps, self.shard)
+
+    def take_shard(self, rank, world_size):
+        """Rank ``rank``'s episodes of ``world_size`` ranks: contiguous, about
+        1/world_size of the frames, at least one episode each; views of this
+        store's tensors, statistics kept (the whole store's)."""
+        return take_shard(self, rank, world_size)
 
     def save(self, directory):
         """Writes ``directory/store.safetensors`` (a new file renamed into
         place): every tensor by name, the keys, tasks and fps in its
         metadata. ``load`` maps it back."""
+        if self.shard is not None:
+            raise ValueError(
+                "EpisodeStore.save: this store is one rank's shard; save the whole store "
+                "(each rank then loads its part with load(directory, shard=(rank, world_size)))"
+            )
         os.makedirs(directory, exist_ok=True)
         tensors = {f"episodes/{k}": v.contiguous().cpu() for k, v in self.episodes.items()}
         # Streams are named by position (keys may hold any character); the
@@ -400,9 +416,11 @@ class EpisodeStore:
         os.replace(path + ".tmp", path)
 
     @classmethod
-    def load(cls, directory, device=None, mmap=True):
+    def load(cls, directory, device=None, mmap=True, shard=None):
         """A store written by ``save``. With ``mmap`` the tensors map the file
-        (nothing is read until used); ``device`` moves them there."""
+        (nothing is read until used); ``shard=(rank, world_size)`` keeps only
+        that rank's episodes (``take_shard``), so a mapped load reads only
+        their bytes; ``device`` moves them there."""
         path = os.path.join(directory, _FILE)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"EpisodeStore.load: no {_FILE} in {directory}")
@@ -438,6 +456,12 @@ class EpisodeStore:
             if name.startswith("episodes/")
         }
         store = cls(streams, episodes, json.loads(meta["tasks"]), json.loads(meta["fps"]))
+        if shard is not None:
+            if not isinstance(shard, (tuple, list)) or len(shard) != 2:
+                raise ValueError(
+                    f"EpisodeStore.load: shard must be (rank, world_size); got {shard!r}"
+                )
+            store = store.take_shard(*shard)
         return store.to(device) if device is not None else store
 
 

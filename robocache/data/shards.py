@@ -1,0 +1,68 @@
+"""Episode shards of an EpisodeStore for data-parallel training: whole
+episodes go to ranks, contiguous and balanced by frame count, so windows
+never cross ranks and each rank holds only its own episodes."""
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Shard", "shard_ranges"]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Which part of a store this is: rank ``rank`` of ``world_size``, its
+    episodes ``ranges[rank]`` of the whole store's, and per stream the
+    whole store's per-episode sample counts (so every rank can count every
+    other rank's anchors without a collective)."""
+
+    rank: int
+    world_size: int
+    ranges: tuple  # ((first, end), ...) episode ranges, one a rank
+    counts: dict  # key -> (E_whole,) int64 samples per episode, on the host
+
+
+def shard_ranges(lengths, world_size):
+    """Contiguous episode ranges, one a rank, each with about 1/world_size of
+    the frames (``lengths``: frames per episode) and at least one episode."""
+    lengths = torch.as_tensor(lengths, dtype=torch.int64).cpu()
+    E = lengths.numel()
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise ValueError(f"shard: world_size must be a positive int; got {world_size!r}")
+    if E < world_size:
+        raise ValueError(f"shard: {E} episodes cannot give each of {world_size} ranks one")
+    cumulative = lengths.cumsum(0).double()
+    total = float(cumulative[-1]) if E else 0.0
+    bounds = [0]
+    for k in range(1, world_size):
+        # The first episode boundary at or past k/world_size of the frames,
+        # leaving at least one episode for this rank and each one after it.
+        cut = int(torch.searchsorted(cumulative, total * k / world_size)) + 1
+        bounds.append(min(max(cut, bounds[-1] + 1), E - (world_size - k)))
+    bounds.append(E)
+    return tuple((bounds[r], bounds[r + 1]) for r in range(world_size))
+
+
+def take_shard(store, rank, world_size):
+    """Rank ``rank``'s episodes of ``store`` (views: nothing is copied, so a
+    mapped store reads only these bytes when they are used)."""
+    from .store import EpisodeStore, PackedStream
+
+    if store.shard is not None:
+        raise ValueError(f"shard: the store is already rank {store.shard.rank}'s shard")
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < max(world_size, 1):
+        raise ValueError(f"shard: rank must be an int in [0, {world_size}); got {rank!r}")
+    lengths = store.episodes["length"]
+    ranges = shard_ranges(lengths, world_size)
+    first, end = ranges[rank]
+    streams, counts = {}, {}
+    for key, s in store.streams.items():
+        offsets = s.offsets.cpu()
+        counts[key] = offsets.diff()
+        lo, hi = int(offsets[first]), int(offsets[end])
+        streams[key] = PackedStream(
+            s.values[lo:hi], s.times[lo:hi], s.offsets[first : end + 1] - lo, dict(s.stats)
+        )
+    episodes = {k: v[first:end] for k, v in store.episodes.items()}
+    shard = Shard(rank, world_size, ranges, counts)
+    return EpisodeStore(streams, episodes, store.tasks, store.fps, shard=shard)

@@ -113,8 +113,8 @@ def copy_gbps(nbytes, device):
 class _Frames(torch.utils.data.Dataset):
     """The per-sample peer: LeRobot's rule on in-memory arrays, one window at a time."""
 
-    def __init__(self, store, deltas):
-        self.store, self.deltas = store, deltas
+    def __init__(self, store, deltas, fps=FPS):
+        self.store, self.deltas, self.fps = store, deltas, fps
         self.offsets = store["action"].offsets.tolist()
         self.episode = torch.repeat_interleave(
             torch.arange(store.num_episodes), store["action"].offsets.diff()
@@ -128,7 +128,7 @@ class _Frames(torch.utils.data.Dataset):
         start, end = self.offsets[e], self.offsets[e + 1]
         item = {"index": i, "episode_index": e, "frame_index": i - start}
         for key, deltas in self.deltas.items():
-            rows = [i + round(d * FPS) for d in deltas]
+            rows = [i + round(d * self.fps) for d in deltas]
             item[f"{key}_is_pad"] = torch.tensor([not start <= r < end for r in rows])
             item[key] = self.store[key].values[[min(max(r, start), end - 1) for r in rows]]
         return item

@@ -14,7 +14,7 @@ import robocache
 
 BENCHMARK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmark")
 SCRIPTS = ["bwd_kernels.py", "voxel_kernels.py", "ncu_cases.py"]
-ALL_SCRIPTS = SCRIPTS + ["sampler.py", "ingest.py"]
+ALL_SCRIPTS = SCRIPTS + ["sampler.py", "ingest.py", "e2e.py"]
 
 
 def _run(script, *args):
@@ -90,3 +90,21 @@ def test_ingest_benchmark_runs_small(tmp_path):
     ]
     assert all(row["frames"] > 0 and row["frames_per_s"] > 0 for row in rows)
     assert rows[0]["per_sample_decode_frames_per_s"] > 0
+
+
+def test_e2e_benchmark_runs_small(tmp_path):
+    out = tmp_path / "rows.json"
+    r = _run(
+        "e2e.py", "--small", "--device", "cpu", "--policy", "small", "--workers", "0",
+        "--json", str(out), "--md", str(tmp_path / "table.md"),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["pipeline"] for row in rows] == [
+        "batch already on the GPU",
+        "robocache",
+        "lerobot-like, 0 workers",
+        "ram, 0 workers",
+    ]
+    assert all(row["step_s"] > 0 and row["efficiency"] > 0 for row in rows)
+    assert "| robocache |" in (tmp_path / "table.md").read_text()

@@ -34,22 +34,32 @@ def encode(path, frames, codec):
             container.mux(packet)
 
 
-def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1", images_as="video", size=SIZE):
-    """A v3 dataset: one data file and one video file holding every episode;
-    with images_as="png", the frames are PNG image structs in the data file
-    instead (use_videos=False)."""
+def write_lerobot(
+    root,
+    lengths=(5, 1, 8),
+    codec="libsvtav1",
+    images_as="video",
+    size=SIZE,
+    cameras=("top",),
+    state_dim=4,
+    action_dim=2,
+):
+    """A v3 dataset: one data file, and per camera one video file holding
+    every episode; with images_as="png", the frames are PNG image structs in
+    the data file instead (use_videos=False). Every camera gets the same
+    frames (the first camera's are returned)."""
     rng = np.random.default_rng()
     n = sum(lengths)
-    state = rng.standard_normal((n, 4)).astype(np.float32)
-    action = rng.standard_normal((n, 2)).astype(np.float32)
+    state = rng.standard_normal((n, state_dim)).astype(np.float32)
+    action = rng.standard_normal((n, action_dim)).astype(np.float32)
     episode = np.repeat(np.arange(len(lengths)), lengths)
     frame = np.concatenate([np.arange(k) for k in lengths])
     timestamp = (frame / FPS).astype(np.float32)
     tasks = ["pick the cube", "open the drawer"]
     task = episode % 2
     columns = {
-        "observation.state": pa.array(list(state), type=pa.list_(pa.float32(), 4)),
-        "action": pa.array(list(action), type=pa.list_(pa.float32(), 2)),
+        "observation.state": pa.array(list(state), type=pa.list_(pa.float32(), state_dim)),
+        "action": pa.array(list(action), type=pa.list_(pa.float32(), action_dim)),
         "timestamp": timestamp,
         "frame_index": frame,
         "episode_index": episode,
@@ -62,13 +72,15 @@ def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1", images_as="video",
     images = np.stack(
         [(40 + 15 * (i % 12) + 60 * ramp * np.ones((H, 1, 3))).astype(np.uint8) for i in range(n)]
     )
-    if images_as == "png":
-        columns["observation.images.top"] = pa.array(
-            [{"bytes": png(image), "path": None} for image in images],
-            type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]),
-        )
-    else:
-        encode(root / "videos/observation.images.top/chunk-000/file-000.mp4", images, codec)
+    keys = [f"observation.images.{c}" for c in cameras]
+    for key in keys:
+        if images_as == "png":
+            columns[key] = pa.array(
+                [{"bytes": png(image), "path": None} for image in images],
+                type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]),
+            )
+        else:
+            encode(root / f"videos/{key}/chunk-000/file-000.mp4", images, codec)
     (root / "data/chunk-000").mkdir(parents=True)
     pq.write_table(pa.table(columns), root / "data/chunk-000/file-000.parquet")
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
@@ -80,34 +92,30 @@ def write_lerobot(root, lengths=(5, 1, 8), codec="libsvtav1", images_as="video",
         "data/file_index": [0] * len(lengths),
         "dataset_from_index": [int(s) for s in starts],
         "dataset_to_index": [int(s + k) for s, k in zip(starts, lengths)],
-        "videos/observation.images.top/chunk_index": [0] * len(lengths),
-        "videos/observation.images.top/file_index": [0] * len(lengths),
-        "videos/observation.images.top/from_timestamp": [float(s / FPS) for s in starts],
-        "videos/observation.images.top/to_timestamp": [
-            float((s + k) / FPS) for s, k in zip(starts, lengths)
-        ],
     }
-    if images_as == "png":
-        rows = {k: v for k, v in rows.items() if not k.startswith("videos/")}
-    (root / "meta/episodes/chunk-000").mkdir(parents=True)
-    pq.write_table(pa.table(rows), root / "meta/episodes/chunk-000/file-000.parquet")
-    pq.write_table(pa.table({"task": tasks, "task_index": [0, 1]}), root / "meta/tasks.parquet")
     features = {
-        "observation.state": {"dtype": "float32", "shape": [4], "names": None},
-        "action": {"dtype": "float32", "shape": [2], "names": None},
-        "observation.images.top": {
-            "dtype": "video",
-            "shape": [H, W, 3],
-            "names": ["height", "width", "channel"],
-            "info": {"video.codec": "av1" if codec == "libsvtav1" else "h264", "video.fps": FPS},
-        },
+        "observation.state": {"dtype": "float32", "shape": [state_dim], "names": None},
+        "action": {"dtype": "float32", "shape": [action_dim], "names": None},
     }
-    if images_as == "png":
-        features["observation.images.top"] = {
-            "dtype": "image",
+    for key in keys:
+        features[key] = {
+            "dtype": "image" if images_as == "png" else "video",
             "shape": [H, W, 3],
             "names": ["height", "width", "channel"],
         }
+        if images_as == "png":
+            continue
+        features[key]["info"] = {
+            "video.codec": "av1" if codec == "libsvtav1" else "h264",
+            "video.fps": FPS,
+        }
+        rows[f"videos/{key}/chunk_index"] = [0] * len(lengths)
+        rows[f"videos/{key}/file_index"] = [0] * len(lengths)
+        rows[f"videos/{key}/from_timestamp"] = [float(s / FPS) for s in starts]
+        rows[f"videos/{key}/to_timestamp"] = [float((s + k) / FPS) for s, k in zip(starts, lengths)]
+    (root / "meta/episodes/chunk-000").mkdir(parents=True)
+    pq.write_table(pa.table(rows), root / "meta/episodes/chunk-000/file-000.parquet")
+    pq.write_table(pa.table({"task": tasks, "task_index": [0, 1]}), root / "meta/tasks.parquet")
     for name, dtype in (
         ("timestamp", "float32"),
         ("frame_index", "int64"),

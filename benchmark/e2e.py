@@ -1,0 +1,409 @@
+"""End to end: what the data path costs a training step, per pipeline, on the same data and model.
+
+    python benchmark/e2e.py [--policy dp|small] [--codec av1|h264] [--compile]
+        [--workers 4,8,16] [--steps 30] [--json PATH] [--md PATH] [--png PATH] [--small]
+
+Data: a LeRobot v3 dataset written first by the tests' writer (pyarrow and
+PyAV, encoded as LeRobot encodes): 200 episodes, two 96x96 cameras, a 14-dim
+state and a 7-dim action at 10 Hz. Windows: 2 steps of each camera and of
+the state, a 16-step action chunk.
+
+Pipelines (same data, same model, same run):
+  lerobot-like  a per-sample Dataset doing what LeRobotDataset does, restated
+                here (lerobot itself is not installed): delta_timestamps
+                windows from the in-memory tables, each camera's frames
+                decoded per sample with PyAV (open, seek, decode forward), as
+                float CHW, behind a DataLoader (pinned memory, persistent
+                workers, prefetch 4);
+  ram           every decoded frame in host RAM, per-sample windows behind
+                the same DataLoader (robomimic's and Diffusion Policy's
+                cache-in-RAM path); uint8 frames made float on the GPU;
+  robocache     the store cached on the GPU, WindowSampler(images="float_chw").
+
+Metrics: the step time (median of the timed steps' mean); loader efficiency
+= the step time with one batch already on the GPU (timed first and last, the
+faster kept) / the step time with the pipeline; the GPU busy fraction = the union of kernel time over the wall
+time of profiled steps (torch.profiler); NVML utilisation beside it where
+pynvml is present (not the claim).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+
+from e2e_policies import DiffusionLike, SmallPolicy  # noqa: E402
+from sampler import _Frames  # noqa: E402
+from test_lerobot_loader import FPS, write_lerobot  # noqa: E402
+
+from robocache.data import WindowSampler, load_lerobot  # noqa: E402
+
+CAMERAS = ["observation.images.cam0", "observation.images.cam1"]
+DELTAS = {
+    "action": [k / FPS for k in range(16)],
+    "observation.state": [-1 / FPS, 0.0],
+    **{cam: [-1 / FPS, 0.0] for cam in CAMERAS},
+}
+
+
+class PerSampleLeRobot(torch.utils.data.Dataset):
+    """LeRobotDataset's per-sample path, restated: tables in memory, each
+    camera's frames decoded for every sample (PyAV: open, seek to the
+    keyframe before the first frame, decode forward), float32 CHW."""
+
+    def __init__(self, root):
+        info = json.loads((Path(root) / "meta/info.json").read_text())
+        table = pq.read_table(Path(root) / "data/chunk-000/file-000.parquet")
+        self.state = np.stack(table.column("observation.state").to_numpy(zero_copy_only=False))
+        self.action = np.stack(table.column("action").to_numpy(zero_copy_only=False))
+        self.episode = table.column("episode_index").to_numpy()
+        episodes = pq.read_table(next(Path(root).glob("meta/episodes/chunk-*/*.parquet")))
+        self.start = np.asarray(episodes.column("dataset_from_index").to_pylist())
+        self.end = np.asarray(episodes.column("dataset_to_index").to_pylist())
+        self.video_start = {
+            cam: episodes.column(f"videos/{cam}/from_timestamp").to_pylist() for cam in CAMERAS
+        }
+        self.videos = {
+            cam: str(
+                Path(root) / info["video_path"].format(video_key=cam, chunk_index=0, file_index=0)
+            )
+            for cam in CAMERAS
+        }
+
+    def __len__(self):
+        return len(self.episode)
+
+    def _rows(self, i, deltas):
+        e = self.episode[i]
+        rows = np.array([i + round(d * FPS) for d in deltas])
+        pad = (rows < self.start[e]) | (rows >= self.end[e])
+        return np.clip(rows, self.start[e], self.end[e] - 1), torch.from_numpy(pad)
+
+    def _decode(self, path, times):
+        frames = {}
+        with av.open(path) as container:
+            stream = container.streams.video[0]
+            container.seek(int(min(times) / stream.time_base), stream=stream, backward=True)
+            for frame in container.decode(stream):
+                for t in times:
+                    if t not in frames and abs(frame.time - t) < 1e-4:
+                        frames[t] = frame.to_ndarray(format="rgb24")
+                if len(frames) == len(set(times)) or frame.time > max(times) + 1e-4:
+                    break
+        images = torch.from_numpy(np.stack([frames[t] for t in times]))
+        return images.permute(0, 3, 1, 2).float().div(255)
+
+    def __getitem__(self, i):
+        item = {}
+        for key, source in (("action", self.action), ("observation.state", self.state)):
+            rows, pad = self._rows(i, DELTAS[key])
+            item[key], item[f"{key}_is_pad"] = torch.from_numpy(source[rows]), pad
+        e = self.episode[i]
+        for cam in CAMERAS:
+            rows, pad = self._rows(i, DELTAS[cam])
+            times = [self.video_start[cam][e] + (r - self.start[e]) / FPS for r in rows]
+            item[cam], item[f"{cam}_is_pad"] = self._decode(self.videos[cam], times), pad
+        return item
+
+
+def loader_batches(dataset, workers, batch_size, device, images_on_gpu):
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=workers > 0,
+        prefetch_factor=4 if workers > 0 else None,
+        drop_last=True,
+    )
+    while True:
+        for batch in loader:
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            if images_on_gpu:  # uint8 (B, S, H, W, C) -> float (B, S, C, H, W)
+                for cam in CAMERAS:
+                    batch[cam] = batch[cam].permute(0, 1, 4, 2, 3).float().div_(255)
+            yield batch
+
+
+def sampler_batches(sampler):
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        yield from sampler
+        epoch += 1
+
+
+class Utilisation:
+    """NVML GPU utilisation sampled every 50 ms, where pynvml is present."""
+
+    def __init__(self, device):
+        self.samples, self.stop = [], threading.Event()
+        self.handle = None
+        if device.type == "cuda":
+            try:
+                import pynvml
+
+                pynvml.nvmlInit()
+                self.handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+                self.nvml = pynvml
+            except Exception:  # no NVML here: the column stays empty
+                self.handle = None
+
+    def __enter__(self):
+        if self.handle is not None:
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+        return self
+
+    def _run(self):
+        while not self.stop.wait(0.05):
+            self.samples.append(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        if self.handle is not None:
+            self.thread.join()
+
+    def mean(self):
+        return statistics.mean(self.samples) if self.samples else None
+
+
+def busy_fraction(step, batches, device, steps):
+    """Union of the CUDA kernels' time over the wall time of `steps` steps."""
+    if device.type != "cuda":
+        return None
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            step(next(batches))
+        torch.cuda.synchronize(device)
+        wall = time.perf_counter() - start
+    spans = sorted(
+        (e.time_range.start, e.time_range.end)
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+    )
+    busy, end = 0.0, -1.0
+    for a, b in spans:  # microseconds
+        if a > end:
+            busy += b - a
+            end = b
+        elif b > end:
+            busy += b - end
+            end = b
+    return min(1.0, busy * 1e-6 / wall)
+
+
+def timed(step, batches, device, warmup, steps, repeats=3):
+    for _ in range(warmup):
+        step(next(batches))
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            step(next(batches))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - start) / steps)
+    return statistics.median(times)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--policy", choices=["dp", "small"], default="dp")
+    parser.add_argument("--codec", choices=["av1", "h264"], default="av1")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the policy's loss")
+    parser.add_argument("--episodes", type=int, default=200)
+    parser.add_argument("--frames", type=int, default=100, help="frames an episode")
+    parser.add_argument("--size", type=int, default=96)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--workers", default="4,8,16")
+    parser.add_argument("--pipelines", default="lerobot-like,ram,robocache")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=30, help="timed steps, three times")
+    parser.add_argument("--data", help="keep the dataset here (default: a temporary directory)")
+    parser.add_argument("--small", action="store_true", help="a smoke run")
+    parser.add_argument("--json")
+    parser.add_argument("--md")
+    parser.add_argument("--png")
+    args = parser.parse_args(argv)
+    if args.small:
+        args.episodes, args.frames, args.size, args.batch_size = 6, 20, 64, 4
+        args.warmup, args.steps = 1, 2
+    device = torch.device(args.device)
+    workers = [int(w) for w in args.workers.split(",") if w != ""]
+    pipelines = args.pipelines.split(",")
+    torch.manual_seed(0)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(args.data or tmp) / f"lerobot-{args.codec}-{args.episodes}x{args.frames}"
+        if not (root / "meta/info.json").exists():
+            write_lerobot(
+                root,
+                lengths=(args.frames,) * args.episodes,
+                codec="libsvtav1" if args.codec == "av1" else "libx264",
+                size=(args.size, args.size),
+                cameras=("cam0", "cam1"),
+                state_dim=14,
+                action_dim=7,
+            )
+        start = time.perf_counter()
+        store = load_lerobot(root, progress=False)
+        ingest_s = time.perf_counter() - start
+
+        model = (DiffusionLike if args.policy == "dp" else SmallPolicy)(CAMERAS).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        loss_fn = torch.compile(model.loss) if args.compile else model.loss
+
+        def step(batch):
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                loss = loss_fn(batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+        gpu_store = store.to(device)
+        sampler = WindowSampler(
+            gpu_store, DELTAS, batch_size=args.batch_size, images="float_chw", drop_last=True
+        )
+        staged = sampler.batch_at(torch.arange(args.batch_size, device=device))
+        staged = {k: v.clone() for k, v in staged.items()}
+
+        def repeat():
+            while True:
+                yield staged
+
+        baseline = timed(step, repeat(), device, args.warmup, args.steps)
+        rows = [{"pipeline": "batch already on the GPU", "step_s": baseline, "efficiency": 1.0}]
+        rows[0]["busy"] = busy_fraction(step, repeat(), device, args.steps)
+        cases = []
+        if "robocache" in pipelines:
+            cases.append(("robocache", lambda: sampler_batches(sampler)))
+        for w in workers:
+            if "lerobot-like" in pipelines:
+                cases.append(
+                    (
+                        f"lerobot-like, {w} workers",
+                        lambda w=w: loader_batches(
+                            PerSampleLeRobot(root), w, args.batch_size, device, False
+                        ),
+                    )
+                )
+            if "ram" in pipelines:
+                cases.append(
+                    (
+                        f"ram, {w} workers",
+                        lambda w=w: loader_batches(
+                            _Frames(store, DELTAS, FPS), w, args.batch_size, device, True
+                        ),
+                    )
+                )
+        for name, make in cases:
+            batches = make()
+            with Utilisation(device) as nvml:
+                seconds = timed(step, batches, device, args.warmup, args.steps)
+            row = {"pipeline": name, "step_s": seconds, "efficiency": baseline / seconds}
+            row["busy"] = busy_fraction(step, batches, device, args.steps)
+            row["nvml_util"] = nvml.mean()
+            rows.append(row)
+            del batches
+        # The staged step again, last: the baseline is the faster of the two
+        # (the first also pays for warming the allocator and caches).
+        again = timed(step, repeat(), device, args.warmup, args.steps)
+        rows[0]["step_s"] = baseline = min(baseline, again)
+        for row in rows:
+            row["efficiency"] = baseline / row["step_s"]
+
+    meta = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "policy": args.policy,
+        "codec": args.codec,
+        "compiled": args.compile,
+        "batch_size": args.batch_size,
+        "episodes": args.episodes,
+        "frames": args.frames,
+        "size": args.size,
+        "ingest_s": ingest_s,
+    }
+    table = markdown(rows, meta)
+    print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
+    if args.md:
+        Path(args.md).write_text(table)
+    if args.png:
+        plot(rows, meta, args.png)
+    return 0
+
+
+def markdown(rows, meta):
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.0f}%"
+
+    lines = [
+        f"{meta['device']}, torch {meta['torch']}, policy {meta['policy']}"
+        f"{' (compiled)' if meta['compiled'] else ''}, B = {meta['batch_size']}, "
+        f"{meta['episodes']} episodes of {meta['frames']} frames, 2 cameras "
+        f"{meta['size']}x{meta['size']} {meta['codec']}; ingest {meta['ingest_s']:.1f} s",
+        "",
+        "| pipeline | step (ms) | loader efficiency | GPU busy | NVML util |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        util = r.get("nvml_util")
+        lines.append(
+            f"| {r['pipeline']} | {r['step_s'] * 1e3:.2f} | {r['efficiency']:.2f} | "
+            f"{pct(r.get('busy'))} | {'-' if util is None else f'{util:.0f}%'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, meta, path):
+    """Step time, split into the step with a staged batch and the rest."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib: no plot", file=sys.stderr)
+        return
+    names = [r["pipeline"] for r in rows]
+    compute = [rows[0]["step_s"] * 1e3] * len(rows)
+    data = [max(0.0, r["step_s"] * 1e3 - c) for r, c in zip(rows, compute)]
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.5))
+    ax.barh(names, compute, label="the step with a batch already on the GPU")
+    ax.barh(names, data, left=compute, label="waiting for data")
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per step")
+    ax.set_title(f"{meta['device']}: policy {meta['policy']}, B = {meta['batch_size']}")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,7 +19,7 @@ CUDA_ARCHS ?= 8.0;9.0
 
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f 2>/dev/null)
 
-.PHONY: demo test build bench lint format cuda-build-check clean
+.PHONY: demo test build bench lint format cuda-build-check clean FORCE
 
 demo: $(VENV)/.built
 	$(PY) examples/demo.py
@@ -51,12 +51,18 @@ format: $(VENV)/.lint
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/clang-format -i $(CSRC_FILES)
 
-$(VENV)/.deps:
+# The torch requested: .deps is redone when TORCH changes (a new stamp).
+$(VENV)/.torch: FORCE
+	@mkdir -p $(VENV)
+	@echo '$(TORCH)' | cmp -s - $@ || echo '$(TORCH)' > $@
+
+$(VENV)/.deps: $(VENV)/.torch
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH)" ninja pytest expecttest numpy safetensors tqdm h5py "zarr>=3" pyarrow av tfrecord pillow rosbags mcap mcap-protobuf-support setuptools wheel
 	touch $@
 
 $(VENV)/.built: $(VENV)/.deps $(SOURCES)
+	@echo "building robocache's library against $$($(PY) -c 'import torch; print(torch.__version__)') (a minute or more; MAX_JOBS=$(MAX_JOBS))"
 	MAX_JOBS=$(MAX_JOBS) $(PY) -m pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
@@ -78,4 +84,4 @@ cuda-build-check: $(CUDA_VENV)/.deps
 	$(CUDA_VENV)/bin/python .ci/check_cuda_build.py build/cuda-check/lib
 
 clean:
-	rm -rf build robocache/_C*.so robocache/_build_info.py $(VENV)/.built
+	rm -rf build robocache/_C*.so robocache/_build_info.py $(VENV)/.built $(VENV)/.deps $(VENV)/.torch

@@ -19,7 +19,7 @@ CUDA_ARCHS ?= 8.0;9.0
 
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f 2>/dev/null)
 
-.PHONY: demo test build bench lint format cuda-build-check clean FORCE
+.PHONY: demo test build bench lint format cuda-build-check wheel wheel-test clean FORCE
 
 demo: $(VENV)/.built
 	$(PY) examples/demo.py
@@ -56,9 +56,12 @@ $(VENV)/.torch: FORCE
 	@mkdir -p $(VENV)
 	@echo '$(TORCH)' | cmp -s - $@ || echo '$(TORCH)' > $@
 
+# What the tests need besides torch (the loaders' libraries included).
+TEST_DEPS := pytest expecttest numpy safetensors tqdm h5py "zarr>=3" pyarrow av tfrecord pillow rosbags mcap mcap-protobuf-support
+
 $(VENV)/.deps: $(VENV)/.torch
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q "$(TORCH)" ninja pytest expecttest numpy safetensors tqdm h5py "zarr>=3" pyarrow av tfrecord pillow rosbags mcap mcap-protobuf-support setuptools wheel
+	$(PY) -m pip install -q "$(TORCH)" ninja $(TEST_DEPS) setuptools wheel
 	touch $@
 
 $(VENV)/.built: $(VENV)/.deps $(SOURCES)
@@ -83,5 +86,24 @@ cuda-build-check: $(CUDA_VENV)/.deps
 	  $(CUDA_VENV)/bin/python setup.py -q build_ext -b build/cuda-check/lib -t build/cuda-check/tmp
 	$(CUDA_VENV)/bin/python .ci/check_cuda_build.py build/cuda-check/lib
 
+# A wheel for the torch in .venv (TORCH=, and CUDA_ARCHS= for a CUDA torch):
+# its version's local label names that torch, and its metadata pins it.
+wheel: $(VENV)/.deps
+	rm -rf dist
+	@echo "building a robocache wheel against $$($(PY) -c 'import torch; print(torch.__version__)') (a few minutes)"
+	TORCH_CUDA_ARCH_LIST="$(CUDA_ARCHS)" MAX_JOBS=$(MAX_JOBS) $(PY) -m pip wheel -q --no-build-isolation --no-deps -w dist .
+	@ls -l dist/*.whl
+
+# The wheel as a user gets it: installed into a new venv, the suite run against
+# the installed package (not the checkout) from outside the checkout.
+WHEEL_VENV ?= build/wheel-venv
+wheel-test: wheel
+	rm -rf $(WHEEL_VENV)
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install -q "$(TORCH)" $(TEST_DEPS)
+	$(WHEEL_VENV)/bin/python -m pip install -q dist/*.whl
+	cd $(WHEEL_VENV) && bin/python -c "import robocache; assert 'site-packages' in robocache.__file__, robocache.__file__; print('testing', robocache.__file__, robocache.__version__)"
+	cd $(WHEEL_VENV) && bin/python -m pytest $(abspath tests) -q -p no:cacheprovider
+
 clean:
-	rm -rf build robocache/_C*.so robocache/_build_info.py $(VENV)/.built $(VENV)/.deps $(VENV)/.torch
+	rm -rf build dist robocache/_C*.so robocache/_build_info.py $(VENV)/.built $(VENV)/.deps $(VENV)/.torch

@@ -112,9 +112,24 @@ def _extension(with_cuda):
     )
 
 
+def _version(with_cuda):
+    """robocache/_version.py's version, with a local label naming the torch
+    (and CUDA) the library is built for: 0.1.0+pt213cpu, 0.1.0+pt214cu130."""
+    scope = {}
+    with open(os.path.join(ROOT, "robocache", "_version.py")) as f:
+        exec(f.read(), scope)
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    flavour = f"cu{torch.version.cuda.replace('.', '')}" if with_cuda else "cpu"
+    return f"{scope['__version__']}+pt{major}{minor}{flavour}"
+
+
 WITH_CUDA = _with_cuda()
 
 setup(
+    version=_version(WITH_CUDA),
+    # The library runs only with the torch it was compiled against: pin it
+    # (a public version, so 2.13.0 matches 2.13.0+cpu).
+    install_requires=[f"torch=={torch.__version__.split('+')[0]}", "numpy", "safetensors", "tqdm"],
     packages=find_packages(include=["robocache", "robocache.*"]),
     ext_modules=[_extension(WITH_CUDA)],
     cmdclass={"build_ext": BuildExt},

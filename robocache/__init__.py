@@ -45,9 +45,8 @@ from . import (  # noqa: E402,F401  (autograd, forward AD and vmap of the ops)
 )
 from ._compat import fuse_multimodal, resample_trajectories, voxelize_point_cloud  # noqa: E402
 from ._ops import fuse, fuse_columns, is_cuda_available, resample, voxelize  # noqa: E402
+from ._version import __version__  # noqa: E402,F401
 from ._windows import sample_windows  # noqa: E402
-
-__version__ = "0.1.0"
 
 __all__ = [
     "fuse",

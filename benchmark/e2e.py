@@ -2,6 +2,13 @@
 
     python benchmark/e2e.py [--policy dp|small] [--codec av1|h264] [--compile]
         [--workers 4,8,16] [--steps 30] [--json PATH] [--md PATH] [--png PATH] [--small]
+    torchrun --nproc_per_node=2 benchmark/e2e.py --data DIR [...]
+
+Under torchrun (NCCL on GPUs, gloo on CPUs) rank 0 writes and loads the
+dataset and saves the store in DIR; every rank maps its own shard of it,
+trains the policy under DistributedDataParallel with batches of
+--batch-size, and only the robocache pipeline runs; rank 0 reports every
+rank's step time and loader efficiency, and the samples/s of all ranks.
 
 Data: a LeRobot v3 dataset written first by the tests' writer (pyarrow and
 PyAV, encoded as LeRobot encodes): 200 episodes, two 96x96 cameras, a 14-dim
@@ -50,7 +57,7 @@ from e2e_policies import DiffusionLike, SmallPolicy  # noqa: E402
 from sampler import _Frames  # noqa: E402
 from test_lerobot_loader import FPS, write_lerobot  # noqa: E402
 
-from robocache.data import WindowSampler, load_lerobot  # noqa: E402
+from robocache.data import EpisodeStore, WindowSampler, load_lerobot  # noqa: E402
 
 CAMERAS = ["observation.images.cam0", "observation.images.cam1"]
 DELTAS = {
@@ -234,16 +241,16 @@ def main(argv=None):
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--policy", choices=["dp", "small"], default="dp")
     parser.add_argument("--codec", choices=["av1", "h264"], default="av1")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the policy's loss")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the policy")
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--frames", type=int, default=100, help="frames an episode")
     parser.add_argument("--size", type=int, default=96)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=64, help="per rank")
     parser.add_argument("--workers", default="4,8,16")
     parser.add_argument("--pipelines", default="lerobot-like,ram,robocache")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30, help="timed steps, three times")
-    parser.add_argument("--data", help="keep the dataset here (default: a temporary directory)")
+    parser.add_argument("--data", help="keep the dataset here (needed under torchrun)")
     parser.add_argument("--small", action="store_true", help="a smoke run")
     parser.add_argument("--json")
     parser.add_argument("--md")
@@ -252,34 +259,49 @@ def main(argv=None):
     if args.small:
         args.episodes, args.frames, args.size, args.batch_size = 6, 20, 64, 4
         args.warmup, args.steps = 1, 2
-    device = torch.device(args.device)
+    ranks = Ranks(args.device)
+    device = ranks.device
+    if ranks.world_size > 1 and not args.data:
+        parser.error("under torchrun, give --data (a directory every rank reads)")
     workers = [int(w) for w in args.workers.split(",") if w != ""]
-    pipelines = args.pipelines.split(",")
+    pipelines = ["robocache"] if ranks.world_size > 1 else args.pipelines.split(",")
     torch.manual_seed(0)
 
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(args.data or tmp) / f"lerobot-{args.codec}-{args.episodes}x{args.frames}"
-        if not (root / "meta/info.json").exists():
-            write_lerobot(
-                root,
-                lengths=(args.frames,) * args.episodes,
-                codec="libsvtav1" if args.codec == "av1" else "libx264",
-                size=(args.size, args.size),
-                cameras=("cam0", "cam1"),
-                state_dim=14,
-                action_dim=7,
-            )
-        start = time.perf_counter()
-        store = load_lerobot(root, progress=False)
-        ingest_s = time.perf_counter() - start
+        base = Path(args.data or tmp)
+        root = base / f"lerobot-{args.codec}-{args.episodes}x{args.frames}-{args.size}"
+        cache = base / f"{root.name}-store"
+        if ranks.rank == 0:
+            if not (root / "meta/info.json").exists():
+                write_lerobot(
+                    root,
+                    lengths=(args.frames,) * args.episodes,
+                    codec="libsvtav1" if args.codec == "av1" else "libx264",
+                    size=(args.size, args.size),
+                    cameras=("cam0", "cam1"),
+                    state_dim=14,
+                    action_dim=7,
+                )
+            start = time.perf_counter()
+            store = load_lerobot(root, progress=False)
+            ingest_s = time.perf_counter() - start
+            store.save(cache)
+        ranks.barrier()
+        if ranks.world_size > 1:  # each rank maps its own episodes of the saved store
+            store = EpisodeStore.load(cache, shard=(ranks.rank, ranks.world_size))
+        ingest_s = ranks.broadcast(ingest_s if ranks.rank == 0 else 0.0)
 
         model = (DiffusionLike if args.policy == "dp" else SmallPolicy)(CAMERAS).to(device)
+        if ranks.world_size > 1:
+            model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None
+            )
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        loss_fn = torch.compile(model.loss) if args.compile else model.loss
+        forward = torch.compile(model) if args.compile else model
 
         def step(batch):
             with torch.autocast(device.type, dtype=torch.bfloat16):
-                loss = loss_fn(batch)
+                loss = forward(batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -296,7 +318,7 @@ def main(argv=None):
                 yield staged
 
         baseline = timed(step, repeat(), device, args.warmup, args.steps)
-        rows = [{"pipeline": "batch already on the GPU", "step_s": baseline, "efficiency": 1.0}]
+        rows = [{"pipeline": "batch already on the GPU", "step_s": baseline}]
         rows[0]["busy"] = busy_fraction(step, repeat(), device, args.steps)
         cases = []
         if "robocache" in pipelines:
@@ -324,7 +346,7 @@ def main(argv=None):
             batches = make()
             with Utilisation(device) as nvml:
                 seconds = timed(step, batches, device, args.warmup, args.steps)
-            row = {"pipeline": name, "step_s": seconds, "efficiency": baseline / seconds}
+            row = {"pipeline": name, "step_s": seconds}
             row["busy"] = busy_fraction(step, batches, device, args.steps)
             row["nvml_util"] = nvml.mean()
             rows.append(row)
@@ -335,10 +357,15 @@ def main(argv=None):
         rows[0]["step_s"] = baseline = min(baseline, again)
         for row in rows:
             row["efficiency"] = baseline / row["step_s"]
+            # Every rank's step time; samples/s over all ranks.
+            row["step_s_per_rank"] = ranks.gather(row["step_s"])
+            row["samples_per_s"] = sum(args.batch_size / t for t in row["step_s_per_rank"])
+            row["efficiency_per_rank"] = ranks.gather(row["efficiency"])
 
     meta = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
+        "world_size": ranks.world_size,
         "policy": args.policy,
         "codec": args.codec,
         "compiled": args.compile,
@@ -348,15 +375,60 @@ def main(argv=None):
         "size": args.size,
         "ingest_s": ingest_s,
     }
-    table = markdown(rows, meta)
-    print(table)
-    if args.json:
-        Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
-    if args.md:
-        Path(args.md).write_text(table)
-    if args.png:
-        plot(rows, meta, args.png)
+    if ranks.rank == 0:
+        table = markdown(rows, meta)
+        print(table)
+        if args.json:
+            Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
+        if args.md:
+            Path(args.md).write_text(table)
+        if args.png:
+            plot(rows, meta, args.png)
+    ranks.close()
     return 0
+
+
+class Ranks:
+    """torch.distributed under torchrun (NCCL on GPUs, gloo on CPUs), else one rank."""
+
+    def __init__(self, device):
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.world_size, self.rank = 1, 0
+        self.device = torch.device(device)
+        if "RANK" in os.environ:
+            cuda = self.device.type == "cuda"
+            dist.init_process_group("nccl" if cuda else "gloo")
+            self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+            if cuda:
+                self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+                torch.cuda.set_device(self.device)
+        elif self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", 0)
+
+    def barrier(self):
+        if self.world_size > 1:
+            self.dist.barrier()
+
+    def gather(self, value):
+        if self.world_size == 1:
+            return [value]
+        out = [None] * self.world_size
+        self.dist.all_gather_object(out, value)
+        return out
+
+    def broadcast(self, value):
+        if self.world_size == 1:
+            return value
+        box = [value]
+        self.dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def close(self):
+        if self.world_size > 1:
+            self.dist.barrier()
+            self.dist.destroy_process_group()
 
 
 def markdown(rows, meta):
@@ -364,18 +436,19 @@ def markdown(rows, meta):
         return "-" if x is None else f"{100 * x:.0f}%"
 
     lines = [
-        f"{meta['device']}, torch {meta['torch']}, policy {meta['policy']}"
+        f"{meta['world_size']} x {meta['device']}, torch {meta['torch']}, policy {meta['policy']}"
         f"{' (compiled)' if meta['compiled'] else ''}, B = {meta['batch_size']}, "
         f"{meta['episodes']} episodes of {meta['frames']} frames, 2 cameras "
         f"{meta['size']}x{meta['size']} {meta['codec']}; ingest {meta['ingest_s']:.1f} s",
         "",
-        "| pipeline | step (ms) | loader efficiency | GPU busy | NVML util |",
-        "|---|---:|---:|---:|---:|",
+        "| pipeline | step (ms) | samples/s | loader efficiency | GPU busy | NVML util |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         util = r.get("nvml_util")
         lines.append(
-            f"| {r['pipeline']} | {r['step_s'] * 1e3:.2f} | {r['efficiency']:.2f} | "
+            f"| {r['pipeline']} | {r['step_s'] * 1e3:.2f} | {r['samples_per_s']:.0f} | "
+            f"{r['efficiency']:.2f} | "
             f"{pct(r.get('busy'))} | {'-' if util is None else f'{util:.0f}%'} |"
         )
     return "\n".join(lines) + "\n"

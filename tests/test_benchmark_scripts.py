@@ -108,3 +108,21 @@ def test_e2e_benchmark_runs_small(tmp_path):
     ]
     assert all(row["step_s"] > 0 and row["efficiency"] > 0 for row in rows)
     assert "| robocache |" in (tmp_path / "table.md").read_text()
+
+
+def test_e2e_benchmark_runs_under_torchrun_with_two_ranks(tmp_path):
+    out = tmp_path / "rows.json"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        os.path.join(BENCHMARK, "e2e.py"), "--small", "--device", "cpu", "--policy", "small",
+        "--data", str(tmp_path / "data"), "--json", str(out),
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    r = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["world_size"] == 2
+    assert [row["pipeline"] for row in result["rows"]] == ["batch already on the GPU", "robocache"]
+    for row in result["rows"]:
+        assert len(row["step_s_per_rank"]) == 2 and all(t > 0 for t in row["step_s_per_rank"])
+        assert row["samples_per_s"] > 0

@@ -19,7 +19,7 @@ CUDA_ARCHS ?= 8.0;9.0
 
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f 2>/dev/null)
 
-.PHONY: demo test build bench lint format cuda-build-check wheel wheel-test clean FORCE
+.PHONY: demo test build bench lint format cuda-build-check cuda-wheel wheel wheel-test clean FORCE
 
 demo: $(VENV)/.built
 	$(PY) examples/demo.py
@@ -105,5 +105,28 @@ wheel-test: wheel
 	cd $(WHEEL_VENV) && bin/python -c "import robocache; assert 'site-packages' in robocache.__file__, robocache.__file__; print('testing', robocache.__file__, robocache.__version__)"
 	cd $(WHEEL_VENV) && bin/python -m pytest $(abspath tests) -q -p no:cacheprovider
 
+# The CUDA wheel (CI, no GPU needed): every CUDA source compiled for
+# $(CUDA_WHEEL_ARCHS) (machine code for each, PTX for the newest), built from a
+# copy of the tracked files, its library loaded and its CUDA kernels checked,
+# its machine code listed and its size reported.
+CUDA_WHEEL_ARCHS ?= 8.0;9.0;10.0+PTX
+cuda-wheel: $(CUDA_VENV)/.deps
+	test -x "$(CUDA_HOME)/bin/nvcc" || { echo "cuda-wheel: no nvcc under CUDA_HOME=$(CUDA_HOME)"; exit 1; }
+	rm -rf build/cuda-src build/cuda-wheel dist-cuda
+	mkdir -p build/cuda-src build/cuda-wheel
+	git ls-files -z | xargs -0 cp --parents -t build/cuda-src
+	@echo "building the CUDA wheel for $(CUDA_WHEEL_ARCHS) (many minutes on few cores)"
+	cd build/cuda-src && PATH="$(abspath $(CUDA_VENV))/bin:$(CUDA_HOME)/bin:$$PATH" FORCE_CUDA=1 CUDA_HOME="$(CUDA_HOME)" \
+	  CPATH="$$($(abspath $(CUDA_VENV))/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13/include" \
+	  TORCH_CUDA_ARCH_LIST="$(CUDA_WHEEL_ARCHS)" MAX_JOBS=$(MAX_JOBS) \
+	  $(abspath $(CUDA_VENV))/bin/python -m pip wheel -q --no-build-isolation --no-deps -w $(abspath dist-cuda) .
+	cd build/cuda-wheel && unzip -q $(abspath dist-cuda)/*.whl
+	$(CUDA_VENV)/bin/python .ci/check_cuda_build.py build/cuda-wheel
+	@if [ -x "$(CUDA_HOME)/bin/cuobjdump" ]; then \
+	  $(CUDA_HOME)/bin/cuobjdump --list-elf build/cuda-wheel/robocache/_C*.so | sed 's/.*\.\(sm_[0-9a-z]*\)\..*/machine code \1/' | sort | uniq -c; \
+	  $(CUDA_HOME)/bin/cuobjdump --list-ptx build/cuda-wheel/robocache/_C*.so | sed 's/.*\.\(sm_[0-9a-z]*\)\..*/PTX \1/' | sort | uniq -c; \
+	else echo "no cuobjdump under $(CUDA_HOME)/bin: the machine code is not listed"; fi
+	@ls -l dist-cuda/*.whl
+
 clean:
-	rm -rf build dist robocache/_C*.so robocache/_build_info.py $(VENV)/.built $(VENV)/.deps $(VENV)/.torch
+	rm -rf build dist dist-cuda robocache/_C*.so robocache/_build_info.py $(VENV)/.built $(VENV)/.deps $(VENV)/.torch

@@ -5,7 +5,8 @@ when FORCE_CUDA=1; otherwise the library holds the CPU and Meta kernels only.
 FORCE_CPU=1 skips CUDA even where it is available.
 
 Environment:
-  TORCH_CUDA_ARCH_LIST  target GPUs (default "8.0;9.0": A100 and H100/H200)
+  TORCH_CUDA_ARCH_LIST  target GPUs (default "8.0;9.0;10.0+PTX": A100, H100/H200,
+                        B200, and PTX that newer GPUs compile at load)
   CUTLASS_INCLUDE_DIR   CUTLASS/CuTe headers; default: the installed
                         nvidia-cutlass package
   MAX_JOBS              parallel compile jobs (ninja)
@@ -19,7 +20,7 @@ from setuptools import find_packages, setup
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_ARCHS = "8.0;9.0"
+DEFAULT_ARCHS = "8.0;9.0;10.0+PTX"
 
 
 def _nvcc_found():

@@ -154,7 +154,12 @@ class WindowSampler:
             raise ValueError(
                 f"WindowSampler: drop_n_last_frames must be an int >= 0; got {drop_n_last_frames!r}"
             )
-        self._anchors = _anchor_rows(anchor_stream.offsets, drop_n_last_frames)
+        # Each anchor-stream row's episode: the anchors, and the timestamps below.
+        offsets, times = anchor_stream.offsets, anchor_stream.times
+        row_episode = torch.repeat_interleave(
+            torch.arange(offsets.numel() - 1, device=offsets.device), offsets.diff()
+        )
+        self._anchors = _anchor_rows(offsets, row_episode, drop_n_last_frames)
         if self._anchors.numel() == 0:
             raise ValueError(
                 f"WindowSampler: the store has no anchor frames (stream {self.anchor!r} is empty"
@@ -182,16 +187,12 @@ class WindowSampler:
         # Per episode, one gather a batch: episode_index, task_index and the
         # anchor stream's first row; per anchor row, its time from the
         # episode's first frame in seconds (float32, as LeRobot's timestamp).
-        offsets, times = anchor_stream.offsets, anchor_stream.times
         self._episode_table = torch.stack(
             [
                 store.episodes["episode_index"].to(offsets.device),
                 store.episodes["task_index"].to(offsets.device),
                 offsets[:-1],
             ]
-        )
-        row_episode = torch.repeat_interleave(
-            torch.arange(offsets.numel() - 1, device=offsets.device), offsets.diff()
         )
         first_time = times[offsets[:-1][row_episode]]
         self._row_timestamp = ((times - first_time).double() * 1e-9).float()
@@ -348,13 +349,12 @@ class WindowSampler:
         return t.to(self.device, non_blocking=host_to_device)
 
 
-def _anchor_rows(offsets, drop_n_last_frames):
-    """Rows of the anchor stream that may anchor a window, on its device."""
-    counts = offsets[1:] - offsets[:-1]
-    episode = torch.repeat_interleave(torch.arange(counts.numel(), device=offsets.device), counts)
-    rows = torch.arange(episode.numel(), device=offsets.device)
+def _anchor_rows(offsets, row_episode, drop_n_last_frames):
+    """Rows of the anchor stream that may anchor a window, on its device
+    (``row_episode``: each row's episode)."""
+    rows = torch.arange(row_episode.numel(), device=offsets.device)
     if drop_n_last_frames:
-        rows = rows[rows < offsets[1:][episode] - drop_n_last_frames]
+        rows = rows[rows < offsets[1:][row_episode] - drop_n_last_frames]
     return rows
 
 

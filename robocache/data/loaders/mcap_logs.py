@@ -157,7 +157,8 @@ def load_mcap(
             with open(path, "rb") as f:
                 reader = make_reader(f)
                 decode = _Decoders(protobuf_factory())
-                channels = reader.get_summary().channels if reader.get_summary() else {}
+                summary = reader.get_summary()  # None in a file without one
+                channels = summary.channels if summary is not None else {}
                 present = {c.topic for c in channels.values()}
                 missing = sorted(wanted - present)
                 if missing and channels:

@@ -162,7 +162,7 @@ __device__ __forceinline__ void locate_tile(const Streams<value_t, stamp_t, MAXK
 // blend_quick_lanes and returns false if any value it wrote is not finite;
 // the caller then runs the exact pass (blend, value by value), which rewrites
 // the same values from the same thread. Keeping the exact path out of the
-// quick loop keeps its registers free.
+// quick loop, with one row in flight, keeps the quick loop free of spills.
 template <bool kExact, int VEC, int MAXK, typename value_t, typename stamp_t>
 __device__ __forceinline__ bool gather_tile(const Streams<value_t, stamp_t, MAXK>& p,
                                             const RowRef<weight_t<stamp_t>>* refs, int Q, int nq,
@@ -182,13 +182,18 @@ __device__ __forceinline__ bool gather_tile(const Streams<value_t, stamp_t, MAXK
     const RowRef<W>* tile = refs + k * Q;
     value_t* dst = out + p.col[k];
     for (int64_t v = sub; v < nvec; v += G) {
-      for (int r = r0; r < nq; r += kBatch * R) {
+      // The exact pass runs rarely. Where its kBatch rows in flight made
+      // the quick loop spill (16-bit values, and the multi-stream kernels),
+      // it takes one row at a time; elsewhere that change cost registers.
+      constexpr bool kOneRow = kExact && (sizeof(value_t) == 2 || MAXK > 1);
+      constexpr int NB = kOneRow ? 1 : kBatch;
+      for (int r = r0; r < nq; r += NB * R) {
         // Offsets, and weights already in the compute type: fewer registers.
-        int64_t off[kBatch];
-        C w[kBatch];
-        typename IO::Raw x0[kBatch], x1[kBatch];
+        int64_t off[NB];
+        C w[NB];
+        typename IO::Raw x0[NB], x1[NB];
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
+        for (int u = 0; u < NB; ++u) {
           const int row = r + u * R;
           off[u] = -1;
           w[u] = C(0);
@@ -204,7 +209,7 @@ __device__ __forceinline__ bool gather_tile(const Streams<value_t, stamp_t, MAXK
           }
         }
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
+        for (int u = 0; u < NB; ++u) {
           const int row = r + u * R;
           if (row < nq) {
             typename IO::Frag y;

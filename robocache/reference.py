@@ -165,13 +165,22 @@ def fuse(streams, query_times, modes="linear"):
     return torch.cat(outs, dim=-1)
 
 
+def _floats(x):
+    """A number, or nested lists, tuples or numpy arrays of them, as a flat list of floats."""
+    if hasattr(x, "tolist"):
+        x = x.tolist()
+    if isinstance(x, (list, tuple)):
+        return [f for v in x for f in _floats(v)]
+    return [float(x)]
+
+
 def _per_cloud(x, B, points):
     """A voxel size or origin (a number, 1 or 3 values, or a (B, 3) tensor of
     one row per cloud) as (B or 1, 1, 3) in the points' dtype."""
-    t = torch.as_tensor(
-        x if torch.is_tensor(x) else [float(v) for v in torch.tensor(x).reshape(-1)]
-    )
-    t = t.to(device=points.device, dtype=points.dtype)
+    if torch.is_tensor(x):
+        t = x.to(device=points.device, dtype=points.dtype)
+    else:  # flattened in Python: torch.compile traces it with no graph break
+        t = torch.tensor(_floats(x), device=points.device, dtype=points.dtype)
     if t.dim() == 2:
         return t.view(B, 1, 3)
     return t.reshape(-1).expand(3).view(1, 1, 3) if t.numel() == 1 else t.view(1, 1, 3)

@@ -57,7 +57,7 @@ $(VENV)/.torch: FORCE
 	@echo '$(TORCH)' | cmp -s - $@ || echo '$(TORCH)' > $@
 
 # What the tests need besides torch (the loaders' libraries included).
-TEST_DEPS := pytest expecttest numpy safetensors tqdm h5py "zarr>=3" pyarrow av tfrecord pillow rosbags mcap mcap-protobuf-support
+TEST_DEPS := pytest expecttest numpy safetensors tqdm h5py "zarr>=3" pyarrow av tfrecord pillow rosbags mcap mcap-protobuf-support matplotlib
 
 $(VENV)/.deps: $(VENV)/.torch
 	$(PYTHON) -m venv $(VENV)

@@ -11,7 +11,7 @@ import torch
 from kernel_times import parse_args
 
 import robocache
-from robocache.bench import _resample_inputs
+from robocache.bench import resample_inputs
 from robocache.episodes import depth_camera_cloud
 
 KINDS = ("resample", "fuse", "voxelize")
@@ -31,7 +31,7 @@ def cases(dev):
         ((256, 2048, 2048, 64), torch.bfloat16),
         ((1024, 500, 100, 14), torch.float32),
     ]:
-        v, t, q = _resample_inputs(*shape, dtype, dev)
+        v, t, q = resample_inputs(*shape, dtype, dev)
         calls.append(("resample", lambda v=v, t=t, q=q: robocache.resample(v, t, q)))
     streams = [
         (torch.randn(256, S, D, device=dev), torch.sort(torch.rand(256, S, device=dev), 1).values)

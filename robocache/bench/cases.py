@@ -1,36 +1,9 @@
-"""robocache's benchmark suite: ``python -m robocache.bench [--device DEV] [--json PATH] [--only KINDS]``.
+"""The benchmark's cases: each times robocache, the pure-PyTorch reference
+in eager mode and the reference under torch.compile, on inputs made here,
+and returns one row of results."""
 
-For each case it times robocache, the pure-PyTorch reference in eager mode and
-the reference under ``torch.compile``, forward (and backward where listed), on
-whatever device is present (CUDA if available, else the CPU).
-
-Method:
-- CUDA: ``triton.testing.do_bench`` (CUDA events, after warm-up; the median),
-  with the L2 cache flushed between calls by do_bench; where a case's working
-  set fits in L2 the inputs also rotate among several copies. Launch-bound
-  cases are also timed per call from Python (a host loop, synchronized once).
-- CUDA, resample and fuse rows: robocache and the compiled reference are also
-  timed replayed from a CUDA graph (``triton.testing.do_bench_cudagraph``,
-  median), which removes the host's launch cost from both: small cases whose
-  compiled calls are host-bound are compared on GPU time there.
-- CPU: the median of repeated wall-clock timings after warm-up.
-- Inputs are random (never zeros).
-
-Bandwidth is computed from the minimal byte count: every input read once and
-every output written once (the formula of each case is printed with it), and
-is reported as a fraction of a large device-to-device copy measured in the
-same run (bytes read + bytes written), and also against a copy that moves the
-same number of bytes as the case (half read, half written), timed the same
-way: a kernel of tens of microseconds spends a larger share of its time
-ramping up and draining than a large copy does. Benchmarks are not tests:
-nothing here asserts a time.
-"""
-
-import argparse
-import json
 import math
-import statistics
-import time
+from dataclasses import dataclass
 
 import torch
 
@@ -38,136 +11,24 @@ import robocache
 from robocache import reference
 from robocache.episodes import depth_camera_cloud
 
-_L2_BYTES = 64 << 20
+from .timing import (
+    Rotating,
+    make_row,
+    median_ms,
+    nbytes_of,
+    per_call_ms,
+    time_three,
+)
 
 
-def _sync(device):
-    if device == "cuda":
-        torch.cuda.synchronize()
+@dataclass
+class Context:
+    """What every case needs: the device, the large copy's bandwidth (GB/s)
+    that rows are measured against, and whether to time the references."""
 
-
-def _median_ms(fn, device, min_time_s=0.5, max_reps=200):
-    """Median time of fn() in milliseconds."""
-    if device == "cuda":
-        import triton.testing
-
-        return triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
-    fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < max_reps and (time.perf_counter() - start < min_time_s or len(times) < 5):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
-def _per_call_ms(fn, device, calls=2000):
-    """Wall time per call of fn() issued back to back from Python."""
-    for _ in range(20):
-        fn()
-    _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    _sync(device)
-    return (time.perf_counter() - t0) / calls * 1e3
-
-
-def copy_bandwidth_gbs(device):
-    n = (1 << 28) if device == "cuda" else (1 << 25)
-    x = torch.randn(n, device=device)
-    y = torch.empty_like(x)
-    ms = _median_ms(lambda: y.copy_(x), device)
-    return 2 * x.numel() * x.element_size() / ms / 1e6
-
-
-def same_bytes_copy_ms(nbytes, device):
-    """Median time of a device-to-device copy that moves `nbytes` in all
-    (nbytes / 2 read, nbytes / 2 written). Short kernels do not reach the
-    bandwidth of the large copy behind copy_GBps (ramp-up and drain are a
-    larger share of their time), so each row also reports its bandwidth as
-    a % of this copy."""
-    n = max(nbytes // 8, 1)
-    x = torch.randn(n, device=device)
-    y = torch.empty_like(x)
-    return _median_ms(lambda: y.copy_(x), device)
-
-
-class _Rotating:
-    """Cycles through several copies of the inputs when they fit in L2."""
-
-    def __init__(self, make, nbytes, device):
-        copies = (
-            1
-            if device != "cuda" or nbytes > _L2_BYTES
-            else min(16, max(2, (4 * _L2_BYTES) // max(nbytes, 1)))
-        )
-        self.sets = [make() for _ in range(copies)]
-        self.i = 0
-
-    def next(self):
-        self.i = (self.i + 1) % len(self.sets)
-        return self.sets[self.i]
-
-
-def _nbytes(*tensors):
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
-
-def _row(name, kind, bytes_formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra=None):
-    gbs = nbytes / ms / 1e6 if ms else float("nan")
-    row = {
-        "case": name,
-        "kind": kind,
-        "bytes": nbytes,
-        "bytes_formula": bytes_formula,
-        "robocache_ms": ms,
-        "eager_ms": ref_ms,
-        "compiled_ms": compiled_ms,
-        "GBps": gbs,
-        "pct_of_copy": 100 * gbs / copy_gbs,
-        "speedup_vs_eager": ref_ms / ms if ref_ms else None,
-        "speedup_vs_compiled": compiled_ms / ms if compiled_ms else None,
-    }
-    if extra:
-        row.update(extra)
-    return row
-
-
-_REFERENCES = True  # --robocache-only turns the eager and compiled timings off
-
-
-def _graph_ms(fn):
-    """Median GPU time of fn() replayed from a CUDA graph (no host launch cost),
-    or None where fn cannot be captured."""
-    import triton.testing
-
-    try:
-        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
-    except Exception:  # noqa: BLE001 - a capture failure only means "not measured"
-        return None
-
-
-def _time_three(op, ref, args_source, device, compile_ref=True, backward=None, graphs=None):
-    """(robocache ms, eager ms, compiled ms). With `graphs` (a dict) on CUDA,
-    also records robocache's and the compiled reference's times under CUDA
-    graphs there, which take the host's launch cost out of both."""
-    ms = _median_ms(lambda: op(*args_source.next()), device)
-    if graphs is not None and device == "cuda":
-        graphs["graph_robocache_ms"] = _graph_ms(lambda: op(*args_source.next()))
-    if not _REFERENCES:
-        return ms, None, None
-    ref_ms = _median_ms(lambda: ref(*args_source.next()), device)
-    compiled_ms = None
-    if compile_ref:
-        compiled = torch.compile(ref, dynamic=False)
-        for _ in range(3):
-            compiled(*args_source.next())
-        compiled_ms = _median_ms(lambda: compiled(*args_source.next()), device)
-        if graphs is not None and device == "cuda":
-            graphs["graph_compiled_ms"] = _graph_ms(lambda: compiled(*args_source.next()))
-    return ms, ref_ms, compiled_ms
+    device: str
+    copy_gbs: float
+    references: bool = True
 
 
 # ---------------------------------------------------------------------------
@@ -175,40 +36,44 @@ def _time_three(op, ref, args_source, device, compile_ref=True, backward=None, g
 # ---------------------------------------------------------------------------
 
 
-def _resample_inputs(B, S, T, D, dtype, device):
+def resample_inputs(B, S, T, D, dtype, device):
     values = torch.randn(B, S, D, device=device).to(dtype)
     times = torch.sort(torch.rand(B, S, device=device) * 10, dim=1).values
     query = torch.sort(torch.rand(B, T, device=device) * 10, dim=1).values
     return values, times, query
 
 
-def bench_resample(B, S, T, D, dtype, device, copy_gbs, per_call=False):
+def bench_resample(ctx, B, S, T, D, dtype, per_call=False):
+    device, copy_gbs = ctx.device, ctx.copy_gbs
     name = f"resample fwd (B={B}, S={S}, T={T}, D={D}) {str(dtype).replace('torch.', '')}"
     es = torch.empty((), dtype=dtype).element_size()
     nbytes = B * S * D * es + B * S * 4 + B * T * 4 + B * T * D * es
     formula = "values + times + query_times read once, output written once"
-    src = _Rotating(lambda: _resample_inputs(B, S, T, D, dtype, device), nbytes, device)
+    src = Rotating(lambda: resample_inputs(B, S, T, D, dtype, device), nbytes, device)
     op = lambda v, t, q: robocache.resample(v, t, q)  # noqa: E731
     extra = {}
-    ms, ref_ms, compiled_ms = _time_three(op, reference.resample, src, device, graphs=extra)
-    if per_call and _REFERENCES:
+    ms, ref_ms, compiled_ms = time_three(
+        op, reference.resample, src, device, ctx.references, graphs=extra
+    )
+    if per_call and ctx.references:
         v, t, q = src.next()
         compiled = torch.compile(reference.resample, dynamic=False)
         compiled(v, t, q)
         extra.update(
             {
-                "per_call_robocache_ms": _per_call_ms(lambda: robocache.resample(v, t, q), device),
-                "per_call_eager_ms": _per_call_ms(lambda: reference.resample(v, t, q), device),
-                "per_call_compiled_ms": _per_call_ms(lambda: compiled(v, t, q), device),
+                "per_call_robocache_ms": per_call_ms(lambda: robocache.resample(v, t, q), device),
+                "per_call_eager_ms": per_call_ms(lambda: reference.resample(v, t, q), device),
+                "per_call_compiled_ms": per_call_ms(lambda: compiled(v, t, q), device),
             }
         )
         extra["per_call_speedup_vs_compiled"] = (
             extra["per_call_compiled_ms"] / extra["per_call_robocache_ms"]
         )
-    return _row(name, "resample", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
+    return make_row(name, "resample", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
 
 
-def bench_resample_backward(B, S, T, D, dtype, device, copy_gbs):
+def bench_resample_backward(ctx, B, S, T, D, dtype):
+    device, copy_gbs = ctx.device, ctx.copy_gbs
     name = f"resample bwd (B={B}, S={S}, T={T}, D={D}) {str(dtype).replace('torch.', '')}"
     es = torch.empty((), dtype=dtype).element_size()
     # read grad_out, values (for the query slope), times, query; write grad_values, grad_query
@@ -216,7 +81,7 @@ def bench_resample_backward(B, S, T, D, dtype, device, copy_gbs):
     formula = "grad_out + values + times + query read once; grad_values + grad_query written once"
 
     def make():
-        v, t, q = _resample_inputs(B, S, T, D, dtype, device)
+        v, t, q = resample_inputs(B, S, T, D, dtype, device)
         return (
             v.requires_grad_(),
             t,
@@ -224,7 +89,7 @@ def bench_resample_backward(B, S, T, D, dtype, device, copy_gbs):
             torch.randn(B, T, D, device=device).to(dtype),
         )
 
-    src = _Rotating(make, nbytes, device)
+    src = Rotating(make, nbytes, device)
 
     def grads(fn):
         def run(v, t, q, g):
@@ -240,22 +105,22 @@ def bench_resample_backward(B, S, T, D, dtype, device, copy_gbs):
         return run
 
     # Each column is (forward + backward) - forward of the same implementation.
-    ms = _median_ms(lambda: grads(robocache.resample)(*src.next()), device) - _median_ms(
+    ms = median_ms(lambda: grads(robocache.resample)(*src.next()), device) - median_ms(
         lambda: forward_only(robocache.resample)(*src.next()), device
     )
-    if not _REFERENCES:
-        return _row(name, "resample_backward", formula, nbytes, ms, None, None, copy_gbs)
-    ref_ms = _median_ms(lambda: grads(reference.resample)(*src.next()), device) - _median_ms(
+    if not ctx.references:
+        return make_row(name, "resample_backward", formula, nbytes, ms, None, None, copy_gbs)
+    ref_ms = median_ms(lambda: grads(reference.resample)(*src.next()), device) - median_ms(
         lambda: forward_only(reference.resample)(*src.next()), device
     )
     compiled = torch.compile(reference.resample, dynamic=False)
     for _ in range(3):
         grads(compiled)(*src.next())
         forward_only(compiled)(*src.next())
-    compiled_ms = _median_ms(lambda: grads(compiled)(*src.next()), device) - _median_ms(
+    compiled_ms = median_ms(lambda: grads(compiled)(*src.next()), device) - median_ms(
         lambda: forward_only(compiled)(*src.next()), device
     )
-    return _row(
+    return make_row(
         name,
         "resample_backward",
         formula,
@@ -268,7 +133,8 @@ def bench_resample_backward(B, S, T, D, dtype, device, copy_gbs):
     )
 
 
-def bench_fuse(B, specs, T, device, copy_gbs):
+def bench_fuse(ctx, B, specs, T):
+    device, copy_gbs = ctx.device, ctx.copy_gbs
     name = f"fuse (B={B}, streams (S,D)={specs}, T={T}) float32"
     nbytes = (
         sum(B * S * D * 4 + B * S * 4 for S, D in specs)
@@ -289,16 +155,17 @@ def bench_fuse(B, specs, T, device, copy_gbs):
         query = torch.sort(torch.rand(B, T, device=device), dim=1).values
         return streams, query
 
-    src = _Rotating(make, nbytes, device)
+    src = Rotating(make, nbytes, device)
     extra = {}
-    ms, ref_ms, compiled_ms = _time_three(
+    ms, ref_ms, compiled_ms = time_three(
         lambda s, q: robocache.fuse(s, q),
         lambda s, q: reference.fuse(s, q),
         src,
         device,
+        ctx.references,
         graphs=extra,
     )
-    return _row(name, "fuse", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
+    return make_row(name, "fuse", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
 
 
 # ---------------------------------------------------------------------------
@@ -306,12 +173,13 @@ def bench_fuse(B, specs, T, device, copy_gbs):
 # ---------------------------------------------------------------------------
 
 
-def bench_voxelize(name, points, features, grid, reduce, device, copy_gbs):
+def bench_voxelize(ctx, name, points, features, grid, reduce):
+    device, copy_gbs = ctx.device, ctx.copy_gbs
     B, N = points.shape[:2]
     C = 0 if features is None else features.shape[-1]
     cells = math.prod(grid)
     out_es = 4 if reduce in ("count", "occupancy") else features.element_size()
-    nbytes = _nbytes(points, features) + B * max(C, 1) * cells * out_es
+    nbytes = nbytes_of(points, features) + B * max(C, 1) * cells * out_es
     formula = "points (+ features) read once; dense grid written once"
     vs = 1.0 / grid[0]
 
@@ -320,191 +188,178 @@ def bench_voxelize(name, points, features, grid, reduce, device, copy_gbs):
         f = None if features is None else torch.randn_like(features)
         return p, f
 
-    src = _Rotating(make, nbytes, device)
+    src = Rotating(make, nbytes, device)
     op = lambda p, f: robocache.voxelize(p, grid, vs, (0, 0, 0), features=f, reduce=reduce)  # noqa: E731
     ref = lambda p, f: reference.voxelize(p, grid, vs, (0, 0, 0), features=f, reduce=reduce)  # noqa: E731
-    ms, ref_ms, compiled_ms = _time_three(op, ref, src, device)
+    ms, ref_ms, compiled_ms = time_three(op, ref, src, device, ctx.references)
     outside = 1 - float(robocache.voxelize(points, grid, vs, (0, 0, 0), reduce="count").sum()) / (
         B * N
     )
     extra = {"Gpts_per_s": B * N / ms / 1e6, "fraction_outside": outside}
-    return _row(name, "voxelize", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
+    return make_row(name, "voxelize", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
 
 
 # ---------------------------------------------------------------------------
+# the suite, and the user's own shapes
+# ---------------------------------------------------------------------------
+
+KINDS = ("resample", "backward", "fuse", "voxelize")
+
+SHAPE_HELP = """\
+--shape KIND:SIZES times your own sizes (repeat it for several; only those run):
+  resample:B,S,T,D[,DTYPE]    B trajectories of S samples of D channels, T queries each
+  backward:B,S,T,D[,DTYPE]    the same, forward + backward - forward
+  fuse:B,T,SxD[,SxD...]       B rows, T queries, one SxD per sensor stream
+  voxelize:B,N,G[,REDUCE[,C]] B clouds of N points in a G^3 grid; REDUCE count
+                              (default), occupancy, sum, mean or max; C features
+                              (default 6) for sum, mean and max
+  DTYPE: float32 (default), float64, float16 or bfloat16"""
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+_REDUCES = ("count", "occupancy", "sum", "mean", "max")
 
 
-def _cases(device, copy_gbs):
-    """(name, thunk) for every case on this device; the names are what --only matches."""
-    f32, bf16 = torch.float32, torch.bfloat16
-    if device != "cuda":
+def suite(ctx):
+    """(kind, thunk) for every case of the standard suite on ctx.device."""
+    f32, bf16, dev = torch.float32, torch.bfloat16, ctx.device
+    if dev != "cuda":  # smaller sizes: a CPU run takes a minute, not ten
         return [
-            ("resample", lambda: bench_resample(64, 4096, 1024, 32, f32, device, copy_gbs)),
+            ("resample", lambda: bench_resample(ctx, 64, 4096, 1024, 32, f32)),
+            ("backward", lambda: bench_resample_backward(ctx, 16, 1024, 1024, 16, f32)),
+            ("fuse", lambda: bench_fuse(ctx, 32, [(90, 64), (300, 32), (3000, 16)], 150)),
             (
                 "voxelize",
                 lambda: bench_voxelize(
+                    ctx,
                     "voxelize count, 8 x 100000 pts -> 128^3",
                     torch.rand(8, 100000, 3),
                     None,
                     (128, 128, 128),
                     "count",
-                    device,
-                    copy_gbs,
                 ),
             ),
         ]
     return [
-        ("resample", lambda: bench_resample(256, 2048, 2048, 64, f32, device, copy_gbs)),
-        ("resample", lambda: bench_resample(256, 2048, 2048, 64, bf16, device, copy_gbs)),
-        ("resample", lambda: bench_resample(64, 4096, 1024, 32, f32, device, copy_gbs)),
-        ("resample", lambda: bench_resample(1024, 500, 100, 14, f32, device, copy_gbs)),
-        ("resample", lambda: bench_resample(4, 10, 20, 8, f32, device, copy_gbs, per_call=True)),
-        ("backward", lambda: bench_resample_backward(256, 2048, 2048, 64, f32, device, copy_gbs)),
-        (
-            "fuse",
-            lambda: bench_fuse(256, [(90, 512), (300, 32), (3000, 16)], 150, device, copy_gbs),
-        ),
+        ("resample", lambda: bench_resample(ctx, 256, 2048, 2048, 64, f32)),
+        ("resample", lambda: bench_resample(ctx, 256, 2048, 2048, 64, bf16)),
+        ("resample", lambda: bench_resample(ctx, 64, 4096, 1024, 32, f32)),
+        ("resample", lambda: bench_resample(ctx, 1024, 500, 100, 14, f32)),
+        ("resample", lambda: bench_resample(ctx, 4, 10, 20, 8, f32, per_call=True)),
+        ("backward", lambda: bench_resample_backward(ctx, 256, 2048, 2048, 64, f32)),
+        ("fuse", lambda: bench_fuse(ctx, 256, [(90, 512), (300, 32), (3000, 16)], 150)),
         (
             "voxelize",
             lambda: bench_voxelize(
+                ctx,
                 "voxelize count, 8 x 307200 pts -> 100^3, uniform",
-                torch.rand(8, 307200, 3, device=device),
+                torch.rand(8, 307200, 3, device=dev),
                 None,
                 (100, 100, 100),
                 "count",
-                device,
-                copy_gbs,
             ),
         ),
         (
             "voxelize",
             lambda: bench_voxelize(
+                ctx,
                 "voxelize count, 8 x 307200 pts -> 100^3, depth camera",
-                depth_camera_cloud(8, device=device),
+                depth_camera_cloud(8, device=dev),
                 None,
                 (100, 100, 100),
                 "count",
-                device,
-                copy_gbs,
             ),
         ),
         (
             "voxelize",
             lambda: bench_voxelize(
+                ctx,
                 "voxelize mean of 6 features, 8 x 65536 pts -> 100^3",
-                torch.rand(8, 65536, 3, device=device),
-                torch.randn(8, 65536, 6, device=device),
+                torch.rand(8, 65536, 3, device=dev),
+                torch.randn(8, 65536, 6, device=dev),
                 (100, 100, 100),
                 "mean",
-                device,
-                copy_gbs,
             ),
         ),
         (
             "voxelize",
             lambda: bench_voxelize(
+                ctx,
                 "voxelize occupancy, 32 x 100000 pts -> 128^3",
-                torch.rand(32, 100000, 3, device=device),
+                torch.rand(32, 100000, 3, device=dev),
                 None,
                 (128, 128, 128),
                 "occupancy",
-                device,
-                copy_gbs,
             ),
         ),
     ]
 
 
-def run(device, only=None):
-    """Runs the cases (those whose kind is in `only`, if given) and returns the results."""
-    torch.manual_seed(0)
-    copy_gbs = copy_bandwidth_gbs(device)
-    rows = [thunk() for kind, thunk in _cases(device, copy_gbs) if not only or kind in only]
-    for r in rows:
-        r["same_bytes_copy_ms"] = same_bytes_copy_ms(r["bytes"], device)
-        r["pct_of_same_bytes_copy"] = 100 * r["same_bytes_copy_ms"] / r["robocache_ms"]
-    return {
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "copy_GBps": copy_gbs,
-        "date": time.strftime("%Y-%m-%d"),
-        "rows": rows,
-    }
+def parse_shape(spec):
+    """(kind, args) of a --shape spec, or ValueError saying what is wrong."""
+    kind, sep, sizes = spec.partition(":")
+    if not sep or kind not in KINDS:
+        raise ValueError(f"--shape {spec!r}: expected KIND:SIZES with KIND one of {list(KINDS)}")
+    parts = sizes.split(",")
+
+    def positive(text, what):
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ValueError(f"--shape {spec!r}: {what} must be a positive integer, got {text!r}")
+        return value
+
+    if kind in ("resample", "backward"):
+        if len(parts) not in (4, 5):
+            raise ValueError(f"--shape {spec!r}: expected {kind}:B,S,T,D[,DTYPE]")
+        B, S, T, D = (positive(x, n) for x, n in zip(parts, "BSTD"))
+        dtype = parts[4] if len(parts) == 5 else "float32"
+        if dtype not in _DTYPES:
+            raise ValueError(f"--shape {spec!r}: DTYPE must be one of {list(_DTYPES)}")
+        return kind, (B, S, T, D, _DTYPES[dtype])
+    if kind == "fuse":
+        if len(parts) < 3:
+            raise ValueError(f"--shape {spec!r}: expected fuse:B,T,SxD[,SxD...]")
+        B, T = positive(parts[0], "B"), positive(parts[1], "T")
+        specs = []
+        for part in parts[2:]:
+            S, x, D = part.partition("x")
+            if not x:
+                raise ValueError(f"--shape {spec!r}: a stream is SxD (e.g. 300x32), got {part!r}")
+            specs.append((positive(S, "a stream's S"), positive(D, "a stream's D")))
+        return kind, (B, specs, T)
+    if len(parts) not in (3, 4, 5):
+        raise ValueError(f"--shape {spec!r}: expected voxelize:B,N,G[,REDUCE[,C]]")
+    B, N, G = (positive(x, n) for x, n in zip(parts, ("B", "N", "G")))
+    reduce = parts[3] if len(parts) > 3 else "count"
+    if reduce not in _REDUCES:
+        raise ValueError(f"--shape {spec!r}: REDUCE must be one of {list(_REDUCES)}")
+    C = positive(parts[4], "C") if len(parts) > 4 else 6
+    return kind, (B, N, G, reduce, C)
 
 
-def print_table(result):
-    print(
-        f"device: {result['device']}  torch {result['torch']}  threads {result['threads']}  "
-        f"copy {result['copy_GBps']:.0f} GB/s  ({result['date']})"
-    )
-    hdr = f"{'case':<62} {'robocache':>10} {'eager':>10} {'compiled':>10} {'GB/s':>7} {'%copy':>6} {'x eager':>8} {'x comp':>7}"
-    print(hdr)
-    for r in result["rows"]:
-        eager = f"{r['eager_ms']:10.4f}" if r["eager_ms"] else f"{'-':>10}"
-        comp = f"{r['compiled_ms']:10.4f}" if r["compiled_ms"] else f"{'-':>10}"
-        xe = f"{r['speedup_vs_eager']:8.2f}" if r["speedup_vs_eager"] else f"{'-':>8}"
-        xc = f"{r['speedup_vs_compiled']:7.2f}" if r["speedup_vs_compiled"] else f"{'-':>7}"
-        print(
-            f"{r['case'][:62]:<62} {r['robocache_ms']:10.4f} {eager} {comp} "
-            f"{r['GBps']:7.0f} {r['pct_of_copy']:6.1f} {xe} {xc}"
-        )
-        if "per_call_robocache_ms" in r:
-            print(
-                f"{'   per call from Python':<62} {r['per_call_robocache_ms']:10.4f} "
-                f"{r['per_call_eager_ms']:10.4f} {r['per_call_compiled_ms']:10.4f} "
-                f"{'':>7} {'':>6} {'':>8} {r['per_call_speedup_vs_compiled']:7.2f}"
-            )
-        if r.get("graph_robocache_ms") or r.get("graph_compiled_ms"):
-            g, gc = r.get("graph_robocache_ms"), r.get("graph_compiled_ms")
-            fmt = lambda x: f"{x:10.4f}" if x else f"{'-':>10}"  # noqa: E731
-            ratio = f"{gc / g:7.2f}" if g and gc else f"{'-':>7}"
-            print(
-                f"{'   under CUDA graphs':<62} {fmt(g)} {'':>10} {fmt(gc)} {'':>7} {'':>6} {'':>8} {ratio}"
-            )
-        if "same_bytes_copy_ms" in r:
-            print(
-                f"{'   a copy moving the same bytes':<62} {r['same_bytes_copy_ms']:10.4f} "
-                f"{'':>10} {'':>10} {'':>7} {r['pct_of_same_bytes_copy']:6.1f}"
-            )
-        if "Gpts_per_s" in r:
-            print(
-                f"{'   points':<62} {r['Gpts_per_s']:10.2f} Gpts/s, {100 * r['fraction_outside']:.0f}% outside"
-            )
-    print(
-        "times in ms (medians); GB/s from the minimal bytes: inputs read once, outputs written once;\n"
-        "%copy: of the large copy above; under each row, a copy moving that row's bytes and the row's\n"
-        "time as a % of it (short kernels cannot reach the large copy's bandwidth)"
-    )
+def shape_case(ctx, kind, args):
+    """(kind, thunk) timing the sizes parse_shape read."""
+    if kind == "resample":
+        return kind, lambda: bench_resample(ctx, *args)
+    if kind == "backward":
+        return kind, lambda: bench_resample_backward(ctx, *args)
+    if kind == "fuse":
+        return kind, lambda: bench_fuse(ctx, *args)
+    B, N, G, reduce, C = args
+    pooled = reduce in ("sum", "mean", "max")
 
+    def run():
+        points = torch.rand(B, N, 3, device=ctx.device)
+        features = torch.randn(B, N, C, device=ctx.device) if pooled else None
+        what = f"{reduce} of {C} features" if pooled else reduce
+        name = f"voxelize {what}, {B} x {N} pts -> {G}^3"
+        return bench_voxelize(ctx, name, points, features, (G, G, G), reduce)
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--json", help="write the results here as JSON")
-    parser.add_argument(
-        "--only", help="comma-separated kinds to run: resample, backward, fuse, voxelize"
-    )
-    parser.add_argument(
-        "--robocache-only",
-        action="store_true",
-        help="time robocache alone (no eager or compiled reference)",
-    )
-    args = parser.parse_args(argv)
-    global _REFERENCES
-    _REFERENCES = not args.robocache_only
-    only = None
-    if args.only:
-        only = set(args.only.split(","))
-        unknown = only - {"resample", "backward", "fuse", "voxelize"}
-        if unknown:
-            parser.error(f"--only: unknown kind(s) {sorted(unknown)}")
-    result = run(args.device, only)
-    print_table(result)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()
+    return kind, run

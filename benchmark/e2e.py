@@ -27,11 +27,22 @@ Pipelines (same data, same model, same run):
                 cache-in-RAM path); uint8 frames made float on the GPU;
   robocache     the store cached on the GPU, WindowSampler(images="float_chw").
 
-Metrics: the step time (median of the timed steps' mean); loader efficiency
-= the step time with one batch already on the GPU (timed first and last, the
-faster kept) / the step time with the pipeline; the GPU busy fraction = the union of kernel time over the wall
-time of profiled steps (torch.profiler); NVML utilisation beside it where
-pynvml is present (not the claim).
+Metrics:
+  step time          the median of the timed runs' mean step;
+  loader efficiency  the step time with one batch already on the GPU, timed
+                     next to each pipeline (see against_staged), / the step
+                     time with the pipeline;
+  wait               the host's time blocked on the next batch, a step;
+  GPU busy           the union of kernel time over the wall time of profiled
+                     steps (torch.profiler);
+  NVML util          where pynvml is present, over steps of its own (its
+                     polling slows a host-bound step); not the claim;
+  data path alone    samples/s of the pipeline with no training step;
+  host               the proportional set size (PSS) of this process and the
+                     loader's workers (the store's host copy, loaded once, is
+                     part of every row);
+  GPU peak           the peak allocated while the pipeline ran (the model, its
+                     optimiser, and for robocache the store).
 """
 
 import argparse
@@ -218,20 +229,119 @@ def busy_fraction(step, batches, device, steps):
     return min(1.0, busy * 1e-6 / wall)
 
 
-def timed(step, batches, device, warmup, steps, repeats=3):
+def timed(step, batches, device, warmup, steps, repeats=3, budget_s=float("inf")):
+    """The step time and the host's wait for the next batch, each the median
+    over `repeats` runs of the mean over `steps` steps; a run stops early
+    (after 3 steps at least) once it has taken its share of `budget_s`."""
     for _ in range(warmup):
         step(next(batches))
-    times = []
+    times, waits = [], []
     for _ in range(repeats):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+        wait, done = 0.0, 0
         start = time.perf_counter()
+        while done < steps and (done < 3 or time.perf_counter() - start < budget_s / repeats):
+            asked = time.perf_counter()
+            batch = next(batches)
+            wait += time.perf_counter() - asked
+            step(batch)
+            done += 1
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - start) / done)
+        waits.append(wait / done)
+    return statistics.median(times), statistics.median(waits)
+
+
+def against_staged(step, batches, staged_block, device, args, interleave):
+    """The pipeline's step time and wait, and the staged step's time measured
+    around it: the loader efficiency is their ratio. A host-bound step drifts
+    by several percent over a run, so the staged step is timed next to each
+    pipeline: interleaved with it (staged, pipeline, staged, ...) where the
+    pipeline works only when asked (robocache, or a DataLoader without
+    workers); before and after it where workers run ahead, since a staged
+    block in between would let them fill their queue and flatter the next
+    block. Returns (step_s, wait_s, staged_step_s)."""
+    staged = [staged_block()]
+    if interleave:
+        runs = []
+        for _ in range(3):
+            runs.append(timed(step, batches, device, args.warmup, args.steps, 1, args.budget / 6))
+            staged.append(staged_block())
+        seconds = statistics.median(r[0] for r in runs)
+        wait = statistics.median(r[1] for r in runs)
+    else:
+        seconds, wait = timed(
+            step, batches, device, args.warmup, args.steps, budget_s=args.budget / 2
+        )
+        staged.append(staged_block())
+    return seconds, wait, statistics.median(staged)
+
+
+def nvml_utilisation(step, batches, device, steps):
+    """NVML's utilisation over `steps` steps of their own: its polling
+    thread takes driver time, so it never runs while steps are timed."""
+    with Utilisation(device) as nvml:
         for _ in range(steps):
             step(next(batches))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - start) / steps)
-    return statistics.median(times)
+    return nvml.mean()
+
+
+def data_path_alone(batches, device, batch_size, steps, workers=0, budget_s=float("inf")):
+    """Samples/s of the pipeline with no training step: batches on the GPU,
+    as fast as the pipeline gives them. A DataLoader's `workers` start
+    together, so their first batches arrive together: the rate is taken
+    over the batches after the first wave, until `steps` of them have come
+    or `budget_s` has passed (3 batches at least)."""
+    skip = max(workers, 1)
+    for _ in range(skip):
+        next(batches)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start, done = time.perf_counter(), 0
+    while done < steps and (done < 3 or time.perf_counter() - start < budget_s):
+        next(batches)
+        done += 1
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return done * batch_size / (time.perf_counter() - start)
+
+
+def host_memory_bytes():
+    """Proportional set size of this process and its children (the loader's
+    workers): shared pages count once, split between their sharers. None
+    where /proc has no smaps_rollup."""
+
+    def pss(pid):
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+
+    def children(pid):
+        out = []
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                out += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+        return out
+
+    pending, total = [os.getpid()], 0
+    while pending:
+        pid = pending.pop()
+        size = pss(pid)
+        if size is None:
+            return None if pid == os.getpid() else total
+        total += size
+        pending += children(pid)
+    return total
 
 
 def main(argv=None):
@@ -250,6 +360,12 @@ def main(argv=None):
     parser.add_argument("--pipelines", default="lerobot-like,ram,robocache")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30, help="timed steps, three times")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=60.0,
+        help="seconds a pipeline may take to measure (slow ones run fewer steps)",
+    )
     parser.add_argument("--data", help="keep the dataset here (needed under torchrun)")
     parser.add_argument("--small", action="store_true", help="a smoke run")
     parser.add_argument("--json")
@@ -267,12 +383,18 @@ def main(argv=None):
     pipelines = ["robocache"] if ranks.world_size > 1 else args.pipelines.split(",")
     torch.manual_seed(0)
 
+    def say(line):
+        if ranks.rank == 0:
+            print(f"[{time.perf_counter() - began:5.0f} s] {line}", file=sys.stderr, flush=True)
+
+    began = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(args.data or tmp)
         root = base / f"lerobot-{args.codec}-{args.episodes}x{args.frames}-{args.size}"
         cache = base / f"{root.name}-store"
         if ranks.rank == 0:
             if not (root / "meta/info.json").exists():
+                say(f"writing the LeRobot dataset {root} ...")
                 write_lerobot(
                     root,
                     lengths=(args.frames,) * args.episodes,
@@ -282,6 +404,7 @@ def main(argv=None):
                     state_dim=14,
                     action_dim=7,
                 )
+            say("loading it into a store ...")
             start = time.perf_counter()
             store = load_lerobot(root, progress=False)
             ingest_s = time.perf_counter() - start
@@ -306,23 +429,33 @@ def main(argv=None):
             loss.backward()
             optimizer.step()
 
-        gpu_store = store.to(device)
-        sampler = WindowSampler(
-            gpu_store, DELTAS, batch_size=args.batch_size, images="float_chw", drop_last=True
-        )
-        staged = sampler.batch_at(torch.arange(args.batch_size, device=device))
+        def make_sampler():
+            return WindowSampler(
+                store.to(device), DELTAS, batch_size=args.batch_size, images="float_chw",
+                drop_last=True,
+            )  # fmt: skip
+
+        staged = make_sampler().batch_at(torch.arange(args.batch_size, device=device))
         staged = {k: v.clone() for k, v in staged.items()}
 
         def repeat():
             while True:
                 yield staged
 
-        baseline = timed(step, repeat(), device, args.warmup, args.steps)
-        rows = [{"pipeline": "batch already on the GPU", "step_s": baseline}]
+        say("the step with a batch already on the GPU ...")
+        timed(step, repeat(), device, args.warmup, args.steps)  # warms the allocator and caches
+        staged_blocks = []
+
+        def staged_block():
+            seconds, _ = timed(step, repeat(), device, 2, args.steps, repeats=1)
+            staged_blocks.append(seconds)
+            return seconds
+
+        rows = [{"pipeline": "batch already on the GPU", "wait_s": 0.0}]
         rows[0]["busy"] = busy_fraction(step, repeat(), device, args.steps)
         cases = []
         if "robocache" in pipelines:
-            cases.append(("robocache", lambda: sampler_batches(sampler)))
+            cases.append(("robocache", lambda: sampler_batches(make_sampler())))
         for w in workers:
             if "lerobot-like" in pipelines:
                 cases.append(
@@ -343,20 +476,35 @@ def main(argv=None):
                     )
                 )
         for name, make in cases:
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(device)
+            say(f"{name}: the data path alone ...")
             batches = make()
-            with Utilisation(device) as nvml:
-                seconds = timed(step, batches, device, args.warmup, args.steps)
-            row = {"pipeline": name, "step_s": seconds}
-            row["busy"] = busy_fraction(step, batches, device, args.steps)
-            row["nvml_util"] = nvml.mean()
+            workers = int(name.split(", ")[1].split()[0]) if ", " in name else 0
+            alone = data_path_alone(
+                batches, device, args.batch_size, 3 * args.steps, workers, args.budget / 3
+            )
+            say(f"{name}: {alone:.0f} samples/s alone; training steps ...")
+            seconds, wait, staged_s = against_staged(
+                step, batches, staged_block, device, args, interleave=workers == 0
+            )
+            row = {"pipeline": name, "step_s": seconds, "wait_s": wait, "staged_step_s": staged_s}
+            row["data_path_samples_per_s"] = alone
+            profiled = max(3, min(args.steps, int(args.budget / 6 / seconds)))
+            row["busy"] = busy_fraction(step, batches, device, profiled)
+            say(f"{name}: {seconds * 1e3:.1f} ms a step ({staged_s * 1e3:.1f} staged)")
+            row["nvml_util"] = nvml_utilisation(step, batches, device, profiled)
+            row["host_bytes"] = host_memory_bytes()  # the loader's workers still run
+            if device.type == "cuda":
+                row["gpu_peak_bytes"] = torch.cuda.max_memory_allocated(device)
             rows.append(row)
             del batches
-        # The staged step again, last: the baseline is the faster of the two
-        # (the first also pays for warming the allocator and caches).
-        again = timed(step, repeat(), device, args.warmup, args.steps)
-        rows[0]["step_s"] = baseline = min(baseline, again)
+        if not staged_blocks:
+            staged_block()
+        rows[0]["step_s"] = rows[0]["staged_step_s"] = statistics.median(staged_blocks)
         for row in rows:
-            row["efficiency"] = baseline / row["step_s"]
+            row["efficiency"] = row["staged_step_s"] / row["step_s"]
             # Every rank's step time; samples/s over all ranks.
             row["step_s_per_rank"] = ranks.gather(row["step_s"])
             row["samples_per_s"] = sum(args.batch_size / t for t in row["step_s_per_rank"])
@@ -374,6 +522,7 @@ def main(argv=None):
         "frames": args.frames,
         "size": args.size,
         "ingest_s": ingest_s,
+        "store_bytes": store.nbytes,
     }
     if ranks.rank == 0:
         table = markdown(rows, meta)
@@ -435,22 +584,40 @@ def markdown(rows, meta):
     def pct(x):
         return "-" if x is None else f"{100 * x:.0f}%"
 
+    def gib(x):
+        return "-" if x is None else f"{x / 2**30:.2f}"
+
     lines = [
         f"{meta['world_size']} x {meta['device']}, torch {meta['torch']}, policy {meta['policy']}"
         f"{' (compiled)' if meta['compiled'] else ''}, B = {meta['batch_size']}, "
         f"{meta['episodes']} episodes of {meta['frames']} frames, 2 cameras "
-        f"{meta['size']}x{meta['size']} {meta['codec']}; ingest {meta['ingest_s']:.1f} s",
+        f"{meta['size']}x{meta['size']} {meta['codec']}; ingest {meta['ingest_s']:.1f} s, "
+        f"store {gib(meta['store_bytes'])} GiB",
         "",
-        "| pipeline | step (ms) | samples/s | loader efficiency | GPU busy | NVML util |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| pipeline | step (ms) | staged step beside it (ms) | loader efficiency | samples/s "
+        "| wait (ms) | GPU busy | NVML util | data path alone (samples/s) | host (GiB) "
+        "| GPU peak (GiB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        util = r.get("nvml_util")
+        util, alone = r.get("nvml_util"), r.get("data_path_samples_per_s")
         lines.append(
-            f"| {r['pipeline']} | {r['step_s'] * 1e3:.2f} | {r['samples_per_s']:.0f} | "
-            f"{r['efficiency']:.2f} | "
-            f"{pct(r.get('busy'))} | {'-' if util is None else f'{util:.0f}%'} |"
+            f"| {r['pipeline']} | {r['step_s'] * 1e3:.2f} | {r['staged_step_s'] * 1e3:.2f} | "
+            f"{r['efficiency']:.2f} | {r['samples_per_s']:.0f} | {r['wait_s'] * 1e3:.2f} | "
+            f"{pct(r.get('busy'))} | {'-' if util is None else f'{util:.0f}%'} | "
+            f"{'-' if alone is None else f'{alone:.0f}'} | {gib(r.get('host_bytes'))} | "
+            f"{gib(r.get('gpu_peak_bytes'))} |"
         )
+    ours = next((r for r in rows if r["pipeline"] == "robocache"), None)
+    theirs = [r for r in rows if r["pipeline"].startswith("lerobot-like")]
+    if ours and theirs:
+        best = max(theirs, key=lambda r: r["data_path_samples_per_s"])
+        ratio = ours["data_path_samples_per_s"] / best["data_path_samples_per_s"]
+        lines += [
+            "",
+            f"Data path alone: robocache gives {ratio:.0f}x the samples/s of the best "
+            f"lerobot-like loader ({best['pipeline']}).",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -8,13 +8,22 @@ import json
 import numpy as np
 import pytest
 import torch
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
-from mcap.writer import Writer as JsonWriter
-from mcap_protobuf.writer import Writer as ProtobufWriter
-from PIL import Image
 
-from robocache.data import load_mcap
-from robocache.data.loaders._common import LoaderError
+pytest.importorskip("mcap", reason="the mcap extra: pip install robocache[mcap]")
+pytest.importorskip("mcap_protobuf", reason="the mcap extra: pip install robocache[mcap]")
+
+from google.protobuf import (  # noqa: E402
+    descriptor_pb2,
+    descriptor_pool,
+    message_factory,
+    timestamp_pb2,
+)
+from mcap.writer import Writer as JsonWriter  # noqa: E402
+from mcap_protobuf.writer import Writer as ProtobufWriter  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from robocache.data import load_mcap  # noqa: E402
+from robocache.data.loaders._common import LoaderError  # noqa: E402
 
 T0 = 1_700_000_000 * 10**9
 LOG_DELAY = 2_000_000  # each message is logged 2 ms after its timestamp

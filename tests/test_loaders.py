@@ -1,12 +1,14 @@
 """Loaders: fixtures written by each format's own library, read back exactly."""
 
+import json
+
 import h5py  # the test environment has every format's library (make test installs them)
 import numpy as np
 import pytest
 import torch
 import zarr
 
-from robocache.data import load_calvin, load_robomimic, load_zarr
+from robocache.data import EpisodeStore, load_calvin, load_robomimic, load_zarr
 from robocache.data.loaders._common import LoaderError
 
 FPS = 20
@@ -21,6 +23,13 @@ def frame_ns(n):
 # ---------------------------------------------------------------------------
 
 
+ENV_ARGS = {
+    "env_name": "Lift",
+    "type": 1,
+    "env_kwargs": {"control_freq": 20, "has_renderer": False},
+}
+
+
 def write_robomimic(path, lengths=(5, 1, 9)):
     """demo_0, demo_1, demo_10, demo_2, ... (so names sort apart from numbers)
     as robomimic writes them."""
@@ -29,7 +38,7 @@ def write_robomimic(path, lengths=(5, 1, 9)):
     demos = {}
     with h5py.File(path, "w") as f:
         data = f.create_group("data")
-        data.attrs["env_args"] = '{"env_name": "Lift"}'
+        data.attrs["env_args"] = json.dumps(ENV_ARGS)
         for i, n in zip(numbers, lengths):
             g = data.create_group(f"demo_{i}")
             g.attrs["num_samples"] = n
@@ -60,6 +69,28 @@ def test_robomimic_round_trip_is_exact(tmp_path):
             a, z = s.offsets[e], s.offsets[e + 1]
             assert torch.equal(s.values[a:z], torch.from_numpy(value)), key
             assert s.times[a:z].tolist() == frame_ns(len(value))
+    assert store.info == {"env_args": ENV_ARGS}
+
+
+def test_robomimic_env_args_survive_save_and_shards(tmp_path):
+    path = tmp_path / "demos.hdf5"
+    write_robomimic(path)
+    store = load_robomimic(path, fps=FPS, progress=False)
+    store.save(tmp_path / "cache")
+    assert EpisodeStore.load(tmp_path / "cache").info == {"env_args": ENV_ARGS}
+    assert EpisodeStore.load(tmp_path / "cache", shard=(1, 2)).info == {"env_args": ENV_ARGS}
+    assert store.to("cpu").info == {"env_args": ENV_ARGS}
+
+
+def test_robomimic_env_args_that_are_not_json_stay_a_string(tmp_path):
+    path = tmp_path / "demos.hdf5"
+    write_robomimic(path)
+    with h5py.File(path, "a") as f:
+        f["data"].attrs["env_args"] = "not json {"
+    assert load_robomimic(path, fps=FPS, progress=False).info == {"env_args": "not json {"}
+    with h5py.File(path, "a") as f:
+        del f["data"].attrs["env_args"]
+    assert load_robomimic(path, fps=FPS, progress=False).info == {}
 
 
 def test_robomimic_filter_key_and_keys(tmp_path):

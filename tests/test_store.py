@@ -140,6 +140,17 @@ def test_save_and_load_round_trip(tmp_path, mmap):
     assert loaded.nbytes == store.nbytes
 
 
+def test_info_is_saved_and_must_be_json(tmp_path):
+    info = {"env_args": {"env_name": "Lift", "kwargs": [1, 2.5, None, True]}}
+    store = EpisodeStore.from_episodes(episodes(), progress=False, info=info)
+    store.save(tmp_path / "cache")
+    assert EpisodeStore.load(tmp_path / "cache").info == info
+    assert EpisodeStore.from_episodes(episodes(), progress=False).info == {}
+    store.info["bad"] = torch.zeros(1)
+    with pytest.raises(ValueError, match="info must hold JSON values"):
+        store.save(tmp_path / "other")
+
+
 def test_load_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="no store.safetensors in"):
         EpisodeStore.load(tmp_path)

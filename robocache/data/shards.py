@@ -65,4 +65,4 @@ def take_shard(store, rank, world_size):
         )
     episodes = {k: v[first:end] for k, v in store.episodes.items()}
     shard = Shard(rank, world_size, ranges, counts)
-    return EpisodeStore(streams, episodes, store.tasks, store.fps, shard=shard)
+    return EpisodeStore(streams, episodes, store.tasks, store.fps, shard=shard, info=store.info)

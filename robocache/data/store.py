@@ -232,9 +232,11 @@ class EpisodeStore:
         fps: the source's frame rate, or None.
         shard: a ``Shard`` when the store is one rank's episodes of a larger
             one (``take_shard``, ``load(shard=...)``), else None.
+        info: what the source says of itself beyond its data, as JSON-ready
+            values (robomimic's ``env_args``, for one); ``save`` keeps it.
     """
 
-    def __init__(self, streams, episodes, tasks, fps=None, shard=None):
+    def __init__(self, streams, episodes, tasks, fps=None, shard=None, info=None):
         if not streams:
             raise ValueError("EpisodeStore: a store needs at least one stream")
         self.streams = dict(streams)
@@ -242,6 +244,7 @@ class EpisodeStore:
         self.tasks = list(tasks)
         self.fps = None if fps is None else float(fps)
         self.shard = shard
+        self.info = dict(info or {})
         E = self.num_episodes
         for key, s in self.streams.items():
             if s.offsets.shape != (E + 1,):
@@ -263,6 +266,7 @@ class EpisodeStore:
         progress=True,
         total=None,
         device=None,
+        info=None,
     ):
         """Packs episodes in one streaming pass.
 
@@ -284,6 +288,7 @@ class EpisodeStore:
             total: the number of episodes, for the bar, if ``episodes`` has no len().
             device: pack the store there (default: the host). Each episode
                 moves there as it arrives.
+            info: the source's own metadata (``EpisodeStore.info``).
 
         Every episode's tensors are copied once into per-stream lists on
         ``device``, and each stream is packed (one concatenation) at the end.
@@ -301,6 +306,7 @@ class EpisodeStore:
         for e, episode in enumerate(bar):
             builder.add(e, episode)
         store = builder.finish(fps)
+        store.info = dict(info or {})
         for q in quantiles:
             store._add_quantile(float(q))
         return store
@@ -375,7 +381,7 @@ class EpisodeStore:
     def _map(self, fn):
         streams = {k: s.map(fn) for k, s in self.streams.items()}
         episodes = {k: fn(v) for k, v in self.episodes.items()}
-        return EpisodeStore(streams, episodes, self.tasks, self.fps, self.shard)
+        return EpisodeStore(streams, episodes, self.tasks, self.fps, self.shard, self.info)
 
     def take_shard(self, rank, world_size):
         """Rank ``rank``'s episodes of ``world_size`` ranks: contiguous, about
@@ -408,6 +414,7 @@ class EpisodeStore:
             "keys": json.dumps(list(self.streams)),
             "tasks": json.dumps(self.tasks),
             "fps": json.dumps(self.fps),
+            "info": _info_json(self.info),
         }
         # A new file, then a rename: a store loaded (mapped) from this file
         # stays valid, and a crash never leaves half a cache.
@@ -455,7 +462,13 @@ class EpisodeStore:
             for name, t in tensors.items()
             if name.startswith("episodes/")
         }
-        store = cls(streams, episodes, json.loads(meta["tasks"]), json.loads(meta["fps"]))
+        store = cls(
+            streams,
+            episodes,
+            json.loads(meta["tasks"]),
+            json.loads(meta["fps"]),
+            info=json.loads(meta.get("info", "{}")),  # stores saved before info: none
+        )
         if shard is not None:
             if not isinstance(shard, (tuple, list)) or len(shard) != 2:
                 raise ValueError(
@@ -463,6 +476,16 @@ class EpisodeStore:
                 )
             store = store.take_shard(*shard)
         return store.to(device) if device is not None else store
+
+
+def _info_json(info):
+    try:
+        return json.dumps(info)
+    except (TypeError, ValueError) as e:
+        raise ValueError(
+            f"EpisodeStore.save: info must hold JSON values (str, number, bool, None, "
+            f"list, dict); {e}"
+        ) from e
 
 
 def quantile_name(q):

@@ -3,6 +3,7 @@
 ``next_obs/<key>``, each with ``num_samples`` rows; splits in
 ``mask/<filter_key>``. There are no timestamps: frame k is at k / fps."""
 
+import json
 import re
 
 from ..store import EpisodeStore
@@ -47,7 +48,9 @@ def load_robomimic(
             there as it is read, so host memory holds only episodes in flight.
 
     Demos load in the order of their numbers; ``episode_index`` is N of
-    ``demo_N``. Each demo is read whole, one at a time.
+    ``demo_N``. Each demo is read whole, one at a time. The environment's
+    description, ``data.attrs["env_args"]`` (JSON), is ``store.info["env_args"]``
+    (a dict; the raw string where it is not JSON).
     """
     import h5py
 
@@ -98,11 +101,28 @@ def load_robomimic(
             return episode
 
         episodes = skipping(((n, lambda n=n: demo(n)) for n in names), skip_bad, where)
+        info = {}
+        if "env_args" in data.attrs:
+            info["env_args"] = _env_args(data.attrs["env_args"])
         try:
             return EpisodeStore.from_episodes(
-                episodes, fps=fps, progress=progress, total=len(names), device=device
+                episodes,
+                fps=fps,
+                progress=progress,
+                total=len(names),
+                device=device,
+                info=info,
             )
         except ValueError as e:
             if isinstance(e, LoaderError):
                 raise
             raise LoaderError(f"{where}: {e}") from e
+
+
+def _env_args(raw):
+    """robomimic's env_args attribute: a JSON string (bytes in some files)."""
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

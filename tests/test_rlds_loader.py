@@ -76,7 +76,13 @@ def png(image):
     return buf.getvalue()
 
 
-def write_rlds(root, lengths=(3, 1, 5), shards=2):
+def jpeg(image):
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="JPEG", quality=95)
+    return buf.getvalue()
+
+
+def write_rlds(root, lengths=(3, 1, 5), shards=2, encode=png):
     rng = np.random.default_rng()
     root.mkdir(parents=True, exist_ok=True)
     (root / "features.json").write_text(json.dumps(features_json()))
@@ -100,7 +106,7 @@ def write_rlds(root, lengths=(3, 1, 5), shards=2):
             writer.write(
                 {
                     "steps/observation/image": (
-                        [png(im) for im in ep["observation/image"]],
+                        [encode(im) for im in ep["observation/image"]],
                         "byte",
                     ),
                     "steps/observation/state": (
@@ -146,6 +152,24 @@ def test_rlds_images_decode_with_torchvision_on_a_device(tmp_path, device):
     assert decoded.device.type == device
     for key in on_host.keys():  # PNG is lossless: the same pixels as PIL's
         assert torch.equal(decoded[key].values.cpu(), on_host[key].values), key
+
+
+def test_rlds_jpeg_decodes_on_a_device_as_pil_does(tmp_path, device):
+    """JPEG (what RT-X datasets hold) takes torchvision's batched decode_jpeg,
+    nvJPEG on a GPU. JPEG decoders may round their inverse transforms and
+    chroma upsampling differently: pixels agree with PIL's within a few
+    levels, and on average within one."""
+    pytest.importorskip("torchvision")
+    write_rlds(tmp_path, encode=jpeg)
+    on_host = load_rlds(tmp_path, fps=FPS, progress=False)
+    decoded = load_rlds(tmp_path, fps=FPS, progress=False, decode_on=device, device=device)
+    assert decoded.device.type == device
+    key = "observation/image"
+    ours, pil = decoded[key].values.cpu(), on_host[key].values
+    assert ours.shape == pil.shape and ours.dtype == torch.uint8
+    diff = (ours.int() - pil.int()).abs()
+    assert diff.max() <= 8 and diff.float().mean() <= 1.0, (diff.max(), diff.float().mean())
+    assert torch.equal(decoded[key].times.cpu(), on_host[key].times)
 
 
 def test_rlds_bad_datasets(tmp_path):

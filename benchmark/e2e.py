@@ -64,11 +64,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
+import e2e_mcap  # noqa: E402
 from e2e_policies import DiffusionLike, SmallPolicy  # noqa: E402
 from sampler import _Frames  # noqa: E402
 from test_lerobot_loader import FPS, write_lerobot  # noqa: E402
 
-from robocache.data import EpisodeStore, WindowSampler, load_lerobot  # noqa: E402
+from robocache.data import EpisodeStore, WindowSampler, load_lerobot, load_mcap  # noqa: E402
 
 CAMERAS = ["observation.images.cam0", "observation.images.cam1"]
 DELTAS = {
@@ -138,7 +139,38 @@ class PerSampleLeRobot(torch.utils.data.Dataset):
         return item
 
 
-def loader_batches(dataset, workers, batch_size, device, images_on_gpu):
+def build_store(args, root, say):
+    """Writes the dataset into `root` unless it is there, and loads it:
+    (store, seconds the load took)."""
+    if args.dataset == "lerobot":
+        if not (root / "meta/info.json").exists():
+            say(f"writing the LeRobot dataset {root} ...")
+            write_lerobot(
+                root,
+                lengths=(args.frames,) * args.episodes,
+                codec="libsvtav1" if args.codec == "av1" else "libx264",
+                size=(args.size, args.size),
+                cameras=("cam0", "cam1"),
+                state_dim=14,
+                action_dim=7,
+            )
+        load = lambda: load_lerobot(root, progress=False)  # noqa: E731
+    else:
+        paths = sorted(root.glob("*.mcap"))
+        if len(paths) != args.episodes:
+            say(f"writing {args.episodes} MCAP logs in {root} ...")
+            paths = e2e_mcap.write_bags(root, args.episodes, args.frames / FPS, args.size)
+        load = lambda: load_mcap(paths, e2e_mcap.TOPICS, progress=False)  # noqa: E731
+    say("loading it into a store ...")
+    start = time.perf_counter()
+    store = load()
+    return store, time.perf_counter() - start
+
+
+def loader_batches(dataset, workers, batch_size, device, uint8_cameras=(), adapt=None):
+    """Batches of `dataset` behind a DataLoader, moved to `device`; the
+    `uint8_cameras` keys (B, S, H, W, C) uint8 made (B, S, C, H, W) float
+    there, then `adapt` applied."""
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_size=batch_size,
@@ -152,10 +184,9 @@ def loader_batches(dataset, workers, batch_size, device, images_on_gpu):
     while True:
         for batch in loader:
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-            if images_on_gpu:  # uint8 (B, S, H, W, C) -> float (B, S, C, H, W)
-                for cam in CAMERAS:
-                    batch[cam] = batch[cam].permute(0, 1, 4, 2, 3).float().div_(255)
-            yield batch
+            for cam in uint8_cameras:
+                batch[cam] = batch[cam].permute(0, 1, 4, 2, 3).float().div_(255)
+            yield adapt(batch) if adapt else batch
 
 
 def sampler_batches(sampler):
@@ -349,11 +380,19 @@ def main(argv=None):
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--dataset",
+        choices=["lerobot", "mcap"],
+        default="lerobot",
+        help="lerobot: the LeRobot v3 dataset; mcap: the multi-rate robot logs (e2e_mcap.py)",
+    )
     parser.add_argument("--policy", choices=["dp", "small"], default="dp")
     parser.add_argument("--codec", choices=["av1", "h264"], default="av1")
     parser.add_argument("--compile", action="store_true", help="torch.compile the policy")
-    parser.add_argument("--episodes", type=int, default=200)
-    parser.add_argument("--frames", type=int, default=100, help="frames an episode")
+    parser.add_argument("--episodes", type=int, help="default: 200 (lerobot), 40 (mcap)")
+    parser.add_argument(
+        "--frames", type=int, default=100, help="frames an episode at 10 Hz (its length)"
+    )
     parser.add_argument("--size", type=int, default=96)
     parser.add_argument("--batch-size", type=int, default=64, help="per rank")
     parser.add_argument("--workers", default="4,8,16")
@@ -372,6 +411,8 @@ def main(argv=None):
     parser.add_argument("--md")
     parser.add_argument("--png")
     args = parser.parse_args(argv)
+    if args.episodes is None:
+        args.episodes = 200 if args.dataset == "lerobot" else 40
     if args.small:
         args.episodes, args.frames, args.size, args.batch_size = 6, 20, 64, 4
         args.warmup, args.steps = 1, 2
@@ -390,31 +431,26 @@ def main(argv=None):
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(args.data or tmp)
-        root = base / f"lerobot-{args.codec}-{args.episodes}x{args.frames}-{args.size}"
+        if args.dataset == "lerobot":
+            root = base / f"lerobot-{args.codec}-{args.episodes}x{args.frames}-{args.size}"
+        else:
+            root = base / f"mcap-{args.episodes}x{args.frames}-{args.size}"
         cache = base / f"{root.name}-store"
         if ranks.rank == 0:
-            if not (root / "meta/info.json").exists():
-                say(f"writing the LeRobot dataset {root} ...")
-                write_lerobot(
-                    root,
-                    lengths=(args.frames,) * args.episodes,
-                    codec="libsvtav1" if args.codec == "av1" else "libx264",
-                    size=(args.size, args.size),
-                    cameras=("cam0", "cam1"),
-                    state_dim=14,
-                    action_dim=7,
-                )
-            say("loading it into a store ...")
-            start = time.perf_counter()
-            store = load_lerobot(root, progress=False)
-            ingest_s = time.perf_counter() - start
+            store, ingest_s = build_store(args, root, say)
             store.save(cache)
         ranks.barrier()
         if ranks.world_size > 1:  # each rank maps its own episodes of the saved store
             store = EpisodeStore.load(cache, shard=(ranks.rank, ranks.world_size))
         ingest_s = ranks.broadcast(ingest_s if ranks.rank == 0 else 0.0)
 
-        model = (DiffusionLike if args.policy == "dp" else SmallPolicy)(CAMERAS).to(device)
+        mcap = args.dataset == "mcap"
+        cameras = e2e_mcap.POLICY_CAMERAS if mcap else CAMERAS
+        deltas = e2e_mcap.DELTAS if mcap else DELTAS
+        adapt = e2e_mcap.policy_batch if mcap else None
+        policy = DiffusionLike if args.policy == "dp" else SmallPolicy
+        state_dim = e2e_mcap.STATE_DIM if mcap else 14
+        model = policy(cameras, state_dim=state_dim).to(device)
         if ranks.world_size > 1:
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None
@@ -431,11 +467,16 @@ def main(argv=None):
 
         def make_sampler():
             return WindowSampler(
-                store.to(device), DELTAS, batch_size=args.batch_size, images="float_chw",
-                drop_last=True,
+                store.to(device), deltas, batch_size=args.batch_size, images="float_chw",
+                drop_last=True, anchor=e2e_mcap.CAMERA if mcap else None,
             )  # fmt: skip
 
+        def robocache_batches():
+            batches = sampler_batches(make_sampler())
+            return (adapt(b) for b in batches) if adapt else batches
+
         staged = make_sampler().batch_at(torch.arange(args.batch_size, device=device))
+        staged = adapt(staged) if adapt else staged
         staged = {k: v.clone() for k, v in staged.items()}
 
         def repeat():
@@ -455,14 +496,14 @@ def main(argv=None):
         rows[0]["busy"] = busy_fraction(step, repeat(), device, args.steps)
         cases = []
         if "robocache" in pipelines:
-            cases.append(("robocache", lambda: sampler_batches(make_sampler())))
+            cases.append(("robocache", robocache_batches))
         for w in workers:
-            if "lerobot-like" in pipelines:
+            if "lerobot-like" in pipelines and not mcap:  # LeRobot has no multi-rate streams
                 cases.append(
                     (
                         f"lerobot-like, {w} workers",
                         lambda w=w: loader_batches(
-                            PerSampleLeRobot(root), w, args.batch_size, device, False
+                            PerSampleLeRobot(root), w, args.batch_size, device
                         ),
                     )
                 )
@@ -471,8 +512,15 @@ def main(argv=None):
                     (
                         f"ram, {w} workers",
                         lambda w=w: loader_batches(
-                            _Frames(store, DELTAS, FPS), w, args.batch_size, device, True
-                        ),
+                            e2e_mcap.PerSampleMultiRate(store)
+                            if mcap
+                            else _Frames(store, DELTAS, FPS),
+                            w,
+                            args.batch_size,
+                            device,
+                            [e2e_mcap.CAMERA] if mcap else CAMERAS,
+                            adapt,
+                        ),  # fmt: skip
                     )
                 )
         for name, make in cases:
@@ -515,6 +563,7 @@ def main(argv=None):
         "torch": torch.__version__,
         "world_size": ranks.world_size,
         "policy": args.policy,
+        "dataset": args.dataset,
         "codec": args.codec,
         "compiled": args.compile,
         "batch_size": args.batch_size,
@@ -590,8 +639,14 @@ def markdown(rows, meta):
     lines = [
         f"{meta['world_size']} x {meta['device']}, torch {meta['torch']}, policy {meta['policy']}"
         f"{' (compiled)' if meta['compiled'] else ''}, B = {meta['batch_size']}, "
-        f"{meta['episodes']} episodes of {meta['frames']} frames, 2 cameras "
-        f"{meta['size']}x{meta['size']} {meta['codec']}; ingest {meta['ingest_s']:.1f} s, "
+        + (
+            f"{meta['episodes']} episodes of {meta['frames']} frames, 2 cameras "
+            f"{meta['size']}x{meta['size']} {meta['codec']}; "
+            if meta.get("dataset", "lerobot") == "lerobot"
+            else f"{meta['episodes']} MCAP logs of {meta['frames'] / 10:g} s: joints 500 Hz, "
+            f"wrench 1 kHz, camera 30 Hz {meta['size']}x{meta['size']} JPEG; "
+        )
+        + f"ingest {meta['ingest_s']:.1f} s, "
         f"store {gib(meta['store_bytes'])} GiB",
         "",
         "| pipeline | step (ms) | staged step beside it (ms) | loader efficiency | samples/s "

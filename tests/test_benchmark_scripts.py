@@ -126,3 +126,48 @@ def test_e2e_benchmark_runs_under_torchrun_with_two_ranks(tmp_path):
     for row in result["rows"]:
         assert len(row["step_s_per_rank"]) == 2 and all(t > 0 for t in row["step_s_per_rank"])
         assert row["samples_per_s"] > 0
+
+
+def test_e2e_benchmark_runs_small_on_the_multi_rate_logs(tmp_path):
+    out = tmp_path / "rows.json"
+    r = _run(
+        "e2e.py", "--dataset", "mcap", "--small", "--device", "cpu", "--policy", "dp",
+        "--workers", "0", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    result = json.loads(out.read_text())
+    assert result["dataset"] == "mcap"
+    assert [row["pipeline"] for row in result["rows"]] == [
+        "batch already on the GPU",
+        "robocache",
+        "ram, 0 workers",
+    ]
+    assert all(row["step_s"] > 0 and row["efficiency"] > 0 for row in result["rows"])
+
+
+def test_e2e_multi_rate_peer_cuts_the_samplers_windows(tmp_path):
+    """The in-RAM peer of the MCAP variant must compute what robocache does,
+    or the comparison means nothing."""
+    sys.path.insert(0, BENCHMARK)
+    try:
+        import e2e_mcap
+    finally:
+        sys.path.remove(BENCHMARK)
+    from robocache.data import WindowSampler, load_mcap
+
+    paths = e2e_mcap.write_bags(tmp_path, episodes=2, seconds=2.0, size=8, seed=3)
+    store = load_mcap(paths, e2e_mcap.TOPICS, progress=False)
+    assert store[e2e_mcap.JOINTS].values.shape[1:] == (7,)
+    assert store[e2e_mcap.CAMERA].values.shape[1:] == (8, 8, 3)
+    sampler = WindowSampler(store, e2e_mcap.DELTAS, anchor=e2e_mcap.CAMERA)
+    peer = e2e_mcap.PerSampleMultiRate(store)
+    anchors = torch.arange(len(peer))
+    ours = sampler.batch_at(anchors)
+    theirs = torch.utils.data.default_collate([peer[i] for i in anchors.tolist()])
+    for key in e2e_mcap.DELTAS:
+        assert torch.equal(ours[f"{key}_is_pad"], theirs[f"{key}_is_pad"]), key
+        assert torch.equal(ours[key], theirs[key]), key
+    assert ours[f"{e2e_mcap.JOINTS}_is_pad"].any()  # the action chunk runs past the ends
+    batch = e2e_mcap.policy_batch(ours)
+    assert batch["observation.state"].shape == (len(peer), 2, e2e_mcap.STATE_DIM)
+    assert batch["action"].shape == (len(peer), 16, 7)

@@ -10,6 +10,12 @@ Environment:
   CUTLASS_INCLUDE_DIR   CUTLASS/CuTe headers; default: the installed
                         nvidia-cutlass package
   MAX_JOBS              parallel compile jobs (ninja)
+
+Install with ``pip install --no-build-isolation .`` into an environment that
+already has the torch robocache will run with. pip's default build isolation
+would compile against whatever torch it fetches into a throwaway environment
+(the newest) and then pin that torch, replacing the user's: setup.py refuses
+that, saying so (ROBOCACHE_ALLOW_ISOLATED_BUILD=1 allows it).
 """
 
 import glob
@@ -21,6 +27,22 @@ from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, C
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_ARCHS = "8.0;9.0;10.0+PTX"
+# The folders pip and pypa/build make their isolated build environments in.
+ISOLATED_BUILD_MARKERS = ("pip-build-env-", "build-env-")
+
+
+def _refuse_isolated_build():
+    where = os.path.abspath(torch.__file__)
+    if os.environ.get("ROBOCACHE_ALLOW_ISOLATED_BUILD") == "1":
+        return
+    if any(marker in where for marker in ISOLATED_BUILD_MARKERS):
+        raise RuntimeError(
+            f"robocache compiles against the torch it will run with, but this build "
+            f"sees torch {torch.__version__} in pip's isolated build environment ({where}), "
+            "not yours; the package would then pin that torch and replace your own. "
+            "Install torch first, then: pip install --no-build-isolation . "
+            "(set ROBOCACHE_ALLOW_ISOLATED_BUILD=1 to build in isolation anyway)"
+        )
 
 
 def _nvcc_found():
@@ -124,6 +146,7 @@ def _version(with_cuda):
     return f"{scope['__version__']}+pt{major}{minor}{flavour}"
 
 
+_refuse_isolated_build()
 WITH_CUDA = _with_cuda()
 
 setup(

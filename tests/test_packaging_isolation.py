@@ -1,0 +1,43 @@
+"""setup.py refuses to build against a torch in pip's isolated build
+environment (it would pin that torch and replace the user's), and says how
+to install instead."""
+
+import os
+import subprocess
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _setup_version(torch_parent, env=None):
+    """`python setup.py --version` with torch imported from `torch_parent`."""
+    environ = dict(os.environ, PYTHONPATH=str(torch_parent), **(env or {}))
+    return subprocess.run(
+        [sys.executable, "setup.py", "--version"],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_torch_in_an_isolated_build_environment_is_refused(tmp_path):
+    isolated = tmp_path / "pip-build-env-abc123" / "overlay" / "site-packages"
+    isolated.mkdir(parents=True)
+    (isolated / "torch").symlink_to(os.path.dirname(torch.__file__))
+    r = _setup_version(isolated)
+    assert r.returncode != 0
+    assert "pip install --no-build-isolation ." in r.stderr
+    assert "pip-build-env-abc123" in r.stderr
+    allowed = _setup_version(isolated, {"ROBOCACHE_ALLOW_ISOLATED_BUILD": "1"})
+    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.stdout.strip().startswith("0.")
+
+
+def test_the_users_torch_builds(tmp_path):
+    r = _setup_version(tmp_path)  # an empty PYTHONPATH entry: the environment's torch
+    assert r.returncode == 0, r.stderr
+    assert "+pt" in r.stdout

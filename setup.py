@@ -35,7 +35,8 @@ def _refuse_isolated_build():
     where = os.path.abspath(torch.__file__)
     if os.environ.get("ROBOCACHE_ALLOW_ISOLATED_BUILD") == "1":
         return
-    if any(marker in where for marker in ISOLATED_BUILD_MARKERS):
+    parts = where.split(os.sep)
+    if any(part.startswith(ISOLATED_BUILD_MARKERS) for part in parts):
         raise RuntimeError(
             f"robocache compiles against the torch it will run with, but this build "
             f"sees torch {torch.__version__} in pip's isolated build environment ({where}), "

@@ -41,3 +41,11 @@ def test_the_users_torch_builds(tmp_path):
     r = _setup_version(tmp_path)  # an empty PYTHONPATH entry: the environment's torch
     assert r.returncode == 0, r.stderr
     assert "+pt" in r.stdout
+
+
+def test_a_folder_that_only_contains_the_marker_is_not_isolation(tmp_path):
+    mine = tmp_path / "my-pip-build-env-venv" / "site-packages"
+    mine.mkdir(parents=True)
+    (mine / "torch").symlink_to(os.path.dirname(torch.__file__))
+    r = _setup_version(mine)
+    assert r.returncode == 0, r.stderr

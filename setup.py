@@ -12,16 +12,24 @@ Environment:
   MAX_JOBS              parallel compile jobs (ninja)
 
 Install with ``pip install --no-build-isolation .`` into an environment that
-already has the torch robocache will run with. pip's default build isolation
-would compile against whatever torch it fetches into a throwaway environment
-(the newest) and then pin that torch, replacing the user's: setup.py refuses
-that, saying so (ROBOCACHE_ALLOW_ISOLATED_BUILD=1 allows it).
+already has the torch robocache will run with. pyproject.toml does not list
+torch as a build requirement, so a plain ``pip install .`` (an isolated
+build) stops at once with one sentence saying this, instead of downloading
+the newest torch, compiling against it and then replacing the user's torch
+with it. A torch found inside an isolated build environment anyway is
+refused the same way (ROBOCACHE_ALLOW_ISOLATED_BUILD=1 allows it).
 """
 
 import glob
 import os
 
-import torch
+try:
+    import torch
+except ImportError:  # pip's isolated build: pyproject.toml does not ask for torch
+    raise SystemExit(
+        "robocache compiles against the torch it will run with, and this build sees no torch: "
+        "install torch first, then build with: pip install --no-build-isolation ."
+    ) from None
 from setuptools import find_packages, setup
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 

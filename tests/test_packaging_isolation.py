@@ -49,3 +49,17 @@ def test_a_folder_that_only_contains_the_marker_is_not_isolation(tmp_path):
     (mine / "torch").symlink_to(os.path.dirname(torch.__file__))
     r = _setup_version(mine)
     assert r.returncode == 0, r.stderr
+
+
+def test_no_torch_at_all_stops_with_one_sentence():
+    # -S: no site-packages, as in an isolated build that was not given torch
+    r = subprocess.run(
+        [sys.executable, "-S", "setup.py", "--version"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    assert "install torch first, then build with: pip install --no-build-isolation ." in r.stderr

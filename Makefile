@@ -15,7 +15,8 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 CUDA_VENV ?= .venv-cuda
 CUDA_TORCH ?= torch==2.14.1
 CUDA_HOME ?= /usr/local/cuda
-CUDA_ARCHS ?= 8.0;9.0
+# As setup.py's default: A100, H100/H200, B200, and PTX for newer GPUs.
+CUDA_ARCHS ?= 8.0;9.0;10.0+PTX
 
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f 2>/dev/null)
 
@@ -109,7 +110,7 @@ wheel-test: wheel
 # $(CUDA_WHEEL_ARCHS) (machine code for each, PTX for the newest), built from a
 # copy of the tracked files, its library loaded and its CUDA kernels checked,
 # its machine code listed and its size reported.
-CUDA_WHEEL_ARCHS ?= 8.0;9.0;10.0+PTX
+CUDA_WHEEL_ARCHS ?= $(CUDA_ARCHS)
 cuda-wheel: $(CUDA_VENV)/.deps
 	test -x "$(CUDA_HOME)/bin/nvcc" || { echo "cuda-wheel: no nvcc under CUDA_HOME=$(CUDA_HOME)"; exit 1; }
 	rm -rf build/cuda-src build/cuda-wheel dist-cuda

@@ -1,7 +1,8 @@
 """End to end: what the data path costs a training step, per pipeline, on the same data and model.
 
-    python benchmark/e2e.py [--policy dp|small] [--codec av1|h264] [--compile]
-        [--workers 4,8,16] [--steps 30] [--json PATH] [--md PATH] [--png PATH] [--small]
+    python benchmark/e2e.py [--dataset lerobot|mcap] [--policy dp|small] [--codec av1|h264]
+        [--compile] [--batch-size 64] [--workers 4,8,16] [--steps 30] [--budget 60]
+        [--json PATH] [--md PATH] [--png PATH] [--small]
     torchrun --nproc_per_node=2 benchmark/e2e.py --data DIR [...]
 
 Under torchrun (NCCL on GPUs, gloo on CPUs) rank 0 writes and loads the
@@ -10,7 +11,8 @@ trains the policy under DistributedDataParallel with batches of
 --batch-size, and only the robocache pipeline runs; rank 0 reports every
 rank's step time and loader efficiency, and the samples/s of all ranks.
 
-Data: a LeRobot v3 dataset written first by the tests' writer (pyarrow and
+Data (--dataset mcap: the multi-rate robot logs of e2e_mcap.py instead): a
+LeRobot v3 dataset written first by the tests' writer (pyarrow and
 PyAV, encoded as LeRobot encodes): 200 episodes, two 96x96 cameras, a 14-dim
 state and a 7-dim action at 10 Hz. Windows: 2 steps of each camera and of
 the state, a 16-step action chunk.

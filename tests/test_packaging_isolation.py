@@ -13,7 +13,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _setup_version(torch_parent, env=None):
     """`python setup.py --version` with torch imported from `torch_parent`."""
-    environ = dict(os.environ, PYTHONPATH=str(torch_parent), **(env or {}))
+    # FORCE_CPU: a CUDA machine without the CUTLASS headers still reads the version.
+    environ = dict(os.environ, PYTHONPATH=str(torch_parent), FORCE_CPU="1", **(env or {}))
     return subprocess.run(
         [sys.executable, "setup.py", "--version"],
         cwd=ROOT,

@@ -129,6 +129,7 @@ def test_e2e_benchmark_runs_under_torchrun_with_two_ranks(tmp_path):
 
 
 def test_e2e_benchmark_runs_small_on_the_multi_rate_logs(tmp_path):
+    pytest.importorskip("mcap_protobuf", reason="the mcap extra: pip install robocache[mcap]")
     out = tmp_path / "rows.json"
     r = _run(
         "e2e.py", "--dataset", "mcap", "--small", "--device", "cpu", "--policy", "dp",
@@ -148,6 +149,7 @@ def test_e2e_benchmark_runs_small_on_the_multi_rate_logs(tmp_path):
 def test_e2e_multi_rate_peer_cuts_the_samplers_windows(tmp_path):
     """The in-RAM peer of the MCAP variant must compute what robocache does,
     or the comparison means nothing."""
+    pytest.importorskip("mcap_protobuf", reason="the mcap extra: pip install robocache[mcap]")
     sys.path.insert(0, BENCHMARK)
     try:
         import e2e_mcap

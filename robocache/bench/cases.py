@@ -224,6 +224,18 @@ _DTYPES = {
 _REDUCES = ("count", "occupancy", "sum", "mean", "max")
 
 
+def _voxel_case(ctx, name, points, grid, reduce, features=0):
+    """("voxelize", thunk): the clouds (`points()`) and `features` random
+    features a point are made when the case runs; the grid is grid^3."""
+
+    def run():
+        p = points()
+        f = torch.randn(*p.shape[:2], features, device=ctx.device) if features else None
+        return bench_voxelize(ctx, name, p, f, (grid, grid, grid), reduce)
+
+    return "voxelize", run
+
+
 def suite(ctx):
     """(kind, thunk) for every case of the standard suite on ctx.device."""
     f32, bf16, dev = torch.float32, torch.bfloat16, ctx.device
@@ -232,18 +244,11 @@ def suite(ctx):
             ("resample", lambda: bench_resample(ctx, 64, 4096, 1024, 32, f32)),
             ("backward", lambda: bench_resample_backward(ctx, 16, 1024, 1024, 16, f32)),
             ("fuse", lambda: bench_fuse(ctx, 32, [(90, 64), (300, 32), (3000, 16)], 150)),
-            (
-                "voxelize",
-                lambda: bench_voxelize(
-                    ctx,
-                    "voxelize count, 8 x 100000 pts -> 128^3",
-                    torch.rand(8, 100000, 3),
-                    None,
-                    (128, 128, 128),
-                    "count",
-                ),
+            _voxel_case(
+                ctx, "voxelize count, 8 x 100000 pts -> 128^3",
+                lambda: torch.rand(8, 100000, 3), 128, "count",
             ),
-        ]
+        ]  # fmt: skip
     return [
         ("resample", lambda: bench_resample(ctx, 256, 2048, 2048, 64, f32)),
         ("resample", lambda: bench_resample(ctx, 256, 2048, 2048, 64, bf16)),
@@ -252,51 +257,23 @@ def suite(ctx):
         ("resample", lambda: bench_resample(ctx, 4, 10, 20, 8, f32, per_call=True)),
         ("backward", lambda: bench_resample_backward(ctx, 256, 2048, 2048, 64, f32)),
         ("fuse", lambda: bench_fuse(ctx, 256, [(90, 512), (300, 32), (3000, 16)], 150)),
-        (
-            "voxelize",
-            lambda: bench_voxelize(
-                ctx,
-                "voxelize count, 8 x 307200 pts -> 100^3, uniform",
-                torch.rand(8, 307200, 3, device=dev),
-                None,
-                (100, 100, 100),
-                "count",
-            ),
+        _voxel_case(
+            ctx, "voxelize count, 8 x 307200 pts -> 100^3, uniform",
+            lambda: torch.rand(8, 307200, 3, device=dev), 100, "count",
         ),
-        (
-            "voxelize",
-            lambda: bench_voxelize(
-                ctx,
-                "voxelize count, 8 x 307200 pts -> 100^3, depth camera",
-                depth_camera_cloud(8, device=dev),
-                None,
-                (100, 100, 100),
-                "count",
-            ),
+        _voxel_case(
+            ctx, "voxelize count, 8 x 307200 pts -> 100^3, depth camera",
+            lambda: depth_camera_cloud(8, device=dev), 100, "count",
         ),
-        (
-            "voxelize",
-            lambda: bench_voxelize(
-                ctx,
-                "voxelize mean of 6 features, 8 x 65536 pts -> 100^3",
-                torch.rand(8, 65536, 3, device=dev),
-                torch.randn(8, 65536, 6, device=dev),
-                (100, 100, 100),
-                "mean",
-            ),
+        _voxel_case(
+            ctx, "voxelize mean of 6 features, 8 x 65536 pts -> 100^3",
+            lambda: torch.rand(8, 65536, 3, device=dev), 100, "mean", features=6,
         ),
-        (
-            "voxelize",
-            lambda: bench_voxelize(
-                ctx,
-                "voxelize occupancy, 32 x 100000 pts -> 128^3",
-                torch.rand(32, 100000, 3, device=dev),
-                None,
-                (128, 128, 128),
-                "occupancy",
-            ),
+        _voxel_case(
+            ctx, "voxelize occupancy, 32 x 100000 pts -> 128^3",
+            lambda: torch.rand(32, 100000, 3, device=dev), 128, "occupancy",
         ),
-    ]
+    ]  # fmt: skip
 
 
 def parse_shape(spec):
@@ -354,12 +331,7 @@ def shape_case(ctx, kind, args):
         return kind, lambda: bench_fuse(ctx, *args)
     B, N, G, reduce, C = args
     pooled = reduce in ("sum", "mean", "max")
-
-    def run():
-        points = torch.rand(B, N, 3, device=ctx.device)
-        features = torch.randn(B, N, C, device=ctx.device) if pooled else None
-        what = f"{reduce} of {C} features" if pooled else reduce
-        name = f"voxelize {what}, {B} x {N} pts -> {G}^3"
-        return bench_voxelize(ctx, name, points, features, (G, G, G), reduce)
-
-    return kind, run
+    name = f"voxelize {f'{reduce} of {C} features' if pooled else reduce}, {B} x {N} pts -> {G}^3"
+    return _voxel_case(
+        ctx, name, lambda: torch.rand(B, N, 3, device=ctx.device), G, reduce, C if pooled else 0
+    )

@@ -125,8 +125,9 @@ def policy_batch(batch):
 
 class PerSampleMultiRate(torch.utils.data.Dataset):
     """The in-RAM peer: per anchor (a camera frame), each stream's window by
-    numpy searchsorted on its times (the nearest sample; padding past the
-    episode's samples), from the store's host arrays."""
+    numpy searchsorted on its times (the nearest sample, a tie going to the
+    later one, as sample_windows does; padding past the episode's samples),
+    from the store's host arrays."""
 
     EDGE_NS = 100_000  # LeRobot's 1e-4 s
 
@@ -151,7 +152,7 @@ class PerSampleMultiRate(torch.utils.data.Dataset):
             times = self.times[key][lo:hi]
             query = t + np.round(np.asarray(deltas) * 1e9).astype(np.int64)
             right = np.clip(np.searchsorted(times, query), 1, len(times) - 1)
-            nearer_left = query - times[right - 1] <= times[right] - query
+            nearer_left = query - times[right - 1] < times[right] - query  # a tie: the later
             rows = np.where(nearer_left, right - 1, right)
             pad = (query < times[0] - self.EDGE_NS) | (query > times[-1] + self.EDGE_NS)
             item[key] = torch.from_numpy(self.values[key][lo + rows])

@@ -1,7 +1,5 @@
 #include "robocache/window_checks.h"
 
-#include <ATen/ops/empty.h>
-
 #include "robocache/error.h"
 
 #include <string>
@@ -115,13 +113,6 @@ WindowSizes check_window_backward_inputs(const at::Tensor& grad_out, const at::T
                       ": grad_out must be (B, W, D) with (B, W) = (", n.B, ", ", n.W,
                       "); got shape ", shape_of(grad_out));
   return n;
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> empty_window_outputs(const at::Tensor& values,
-                                                                    const WindowSizes& n) {
-  return {at::empty_symint({n.B, n.W, n.D}, values.options()),
-          at::empty_symint({n.B, n.W}, values.options().dtype(at::kBool)),
-          at::empty_symint({n.B, n.W}, values.options().dtype(at::kLong))};
 }
 
 }  // namespace robocache

@@ -95,8 +95,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cpu(
   const Ragged r = ragged_inputs(times, offsets, episode, query_times, n);
   const at::Tensor v = values.contiguous();
   const int64_t D = n.D.expect_int();
-  at::Tensor out, is_pad, age;
-  std::tie(out, is_pad, age) = empty_window_outputs(values, n);
+  at::Tensor out = at::empty({r.B, r.W, D}, values.options());
+  at::Tensor is_pad = at::empty({r.B, r.W}, values.options().dtype(at::kBool));
+  at::Tensor age = at::empty({r.B, r.W}, values.options().dtype(at::kLong));
   bool* pad_ptr = is_pad.data_ptr<bool>();
   int64_t* age_ptr = age.data_ptr<int64_t>();
   const bool blends = rule.mode == WindowMode::Linear || rule.mode == WindowMode::Mean;

@@ -77,8 +77,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cuda(
   const at::Tensor v = values.contiguous(), t = times.contiguous(), o = offsets.contiguous(),
                    e = episode.contiguous(), q = query_times.contiguous();
   const int64_t B = n.B.expect_int(), W = n.W.expect_int(), D = n.D.expect_int();
-  at::Tensor out, is_pad, age;
-  std::tie(out, is_pad, age) = empty_window_outputs(values, n);
+  at::Tensor out = at::empty({B, W, D}, values.options());
+  at::Tensor is_pad = at::empty({B, W}, values.options().dtype(at::kBool));
+  at::Tensor age = at::empty({B, W}, values.options().dtype(at::kLong));
   if (B * W == 0)
     return {out, is_pad, age};
   const WindowArgs a = window_args(t, o, e, q, n, rule);

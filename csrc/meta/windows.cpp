@@ -18,7 +18,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_meta(
   const WindowRule rule = window_rule(mode, interval, tolerance, edge_tolerance, kOp);
   const WindowSizes n =
       check_window_inputs(values, times, offsets, episode, query_times, rule, kOp);
-  return empty_window_outputs(values, n);
+  return {at::empty_symint({n.B, n.W, n.D}, values.options()),
+          at::empty_symint({n.B, n.W}, values.options().dtype(at::kBool)),
+          at::empty_symint({n.B, n.W}, values.options().dtype(at::kLong))};
 }
 
 at::Tensor sample_windows_backward_meta(const at::Tensor& grad_out, const at::Tensor& times,

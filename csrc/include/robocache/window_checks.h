@@ -6,8 +6,6 @@
 #include <c10/core/SymInt.h>
 #include <c10/util/string_view.h>
 
-#include <tuple>
-
 #include "robocache/windows.h"
 
 namespace robocache {
@@ -36,11 +34,5 @@ WindowSizes check_window_backward_inputs(const at::Tensor& grad_out, const at::T
                                          const at::Tensor& offsets, const at::Tensor& episode,
                                          const at::Tensor& query_times,
                                          const c10::SymInt& num_values, const char* op);
-
-// sample_windows' outputs, uninitialised, for inputs of sizes n: the
-// windows (B, W, D) in values' dtype, is_pad (B, W) bool and age (B, W)
-// int64, on values' device (symbolic sizes stay symbolic).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> empty_window_outputs(const at::Tensor& values,
-                                                                    const WindowSizes& n);
 
 }  // namespace robocache

@@ -17,7 +17,6 @@ import io
 
 import numpy as np
 import torch
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 from PIL import Image
 
 CAMERA, JOINTS, FORCE, TORQUE = (
@@ -43,32 +42,16 @@ T0 = 1_700_000_000 * 10**9
 
 
 def _messages():
-    proto = descriptor_pb2.FileDescriptorProto(
-        name="e2e_robot.proto",
-        package="e2e",
-        syntax="proto3",
-        dependency=["google/protobuf/timestamp.proto"],
+    from test_mcap_loader import stamped_messages  # the tests' builder (tests/ is on sys.path)
+
+    return stamped_messages(
+        "e2e",
+        {
+            "Joints": [("position", "doubles")],
+            "Wrench": [("force", "doubles"), ("torque", "doubles")],
+            "CompressedImage": [("data", "bytes"), ("format", "string")],
+        },
     )
-    F = descriptor_pb2.FieldDescriptorProto
-    fields = {
-        "Joints": [("position", F.TYPE_DOUBLE)],
-        "Wrench": [("force", F.TYPE_DOUBLE), ("torque", F.TYPE_DOUBLE)],
-        "CompressedImage": [("data", F.TYPE_BYTES), ("format", F.TYPE_STRING)],
-    }
-    for name, extra in fields.items():
-        message = proto.message_type.add(name=name)
-        message.field.add(
-            name="timestamp", number=1, type=F.TYPE_MESSAGE, type_name=".google.protobuf.Timestamp"
-        )
-        for number, (field, kind) in enumerate(extra, 2):
-            repeated = F.LABEL_REPEATED if kind == F.TYPE_DOUBLE else F.LABEL_OPTIONAL
-            message.field.add(name=field, number=number, type=kind, label=repeated)
-    pool = descriptor_pool.DescriptorPool()
-    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
-    pool.Add(proto)
-    return {
-        n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"e2e.{n}")) for n in fields
-    }
 
 
 def write_bags(root, episodes, seconds, size, seed=0):

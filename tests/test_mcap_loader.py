@@ -78,33 +78,50 @@ def write_json_mcap(path, seconds=0.3, pause_at=None):
     return written
 
 
-def protobuf_classes():
-    """Joints and CompressedImage messages, built from a descriptor here."""
+def stamped_messages(package, messages):
+    """Protobuf message classes built from a descriptor here: `messages` is
+    name -> [(field, kind)] with kind "doubles" (repeated), "bytes" or
+    "string"; every message also has a google.protobuf.Timestamp
+    `timestamp` (field 1). Returns name -> class."""
     proto = descriptor_pb2.FileDescriptorProto(
-        name="robot.proto",
-        package="robot",
+        name=f"{package}.proto",
+        package=package,
         syntax="proto3",
         dependency=["google/protobuf/timestamp.proto"],
     )
     F = descriptor_pb2.FieldDescriptorProto
-    joints = proto.message_type.add(name="Joints")
-    joints.field.add(
-        name="timestamp", number=1, type=F.TYPE_MESSAGE, type_name=".google.protobuf.Timestamp"
-    )
-    joints.field.add(name="position", number=2, type=F.TYPE_DOUBLE, label=F.LABEL_REPEATED)
-    image = proto.message_type.add(name="CompressedImage")
-    image.field.add(
-        name="timestamp", number=1, type=F.TYPE_MESSAGE, type_name=".google.protobuf.Timestamp"
-    )
-    image.field.add(name="data", number=2, type=F.TYPE_BYTES)
-    image.field.add(name="format", number=3, type=F.TYPE_STRING)
+    kinds = {
+        "doubles": (F.TYPE_DOUBLE, F.LABEL_REPEATED),
+        "bytes": (F.TYPE_BYTES, F.LABEL_OPTIONAL),
+        "string": (F.TYPE_STRING, F.LABEL_OPTIONAL),
+    }
+    for name, fields in messages.items():
+        message = proto.message_type.add(name=name)
+        message.field.add(
+            name="timestamp", number=1, type=F.TYPE_MESSAGE, type_name=".google.protobuf.Timestamp"
+        )
+        for number, (field, kind) in enumerate(fields, 2):
+            type_, label = kinds[kind]
+            message.field.add(name=field, number=number, type=type_, label=label)
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
     pool.Add(proto)
-    return (
-        message_factory.GetMessageClass(pool.FindMessageTypeByName("robot.Joints")),
-        message_factory.GetMessageClass(pool.FindMessageTypeByName("robot.CompressedImage")),
+    return {
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
+        for name in messages
+    }
+
+
+def protobuf_classes():
+    """Joints and CompressedImage messages."""
+    classes = stamped_messages(
+        "robot",
+        {
+            "Joints": [("position", "doubles")],
+            "CompressedImage": [("data", "bytes"), ("format", "string")],
+        },
     )
+    return classes["Joints"], classes["CompressedImage"]
 
 
 def png(image):

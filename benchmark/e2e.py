@@ -49,6 +49,7 @@ Metrics:
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -68,7 +69,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 import e2e_mcap  # noqa: E402
 from e2e_policies import DiffusionLike, SmallPolicy  # noqa: E402
-from sampler import _Frames  # noqa: E402
+from sampler import _Frames, sync  # noqa: E402
 from test_lerobot_loader import FPS, write_lerobot  # noqa: E402
 
 from robocache.data import EpisodeStore, WindowSampler, load_lerobot, load_mcap  # noqa: E402
@@ -238,8 +239,8 @@ def busy_fraction(step, batches, device, steps):
     """Union of the CUDA kernels' time over the wall time of `steps` steps."""
     if device.type != "cuda":
         return None
-    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=activities) as prof:
+    # CUDA activity only: recording every CPU op would slow a host-bound step.
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         torch.cuda.synchronize(device)
         start = time.perf_counter()
         for _ in range(steps):
@@ -270,8 +271,7 @@ def timed(step, batches, device, warmup, steps, repeats=3, budget_s=float("inf")
         step(next(batches))
     times, waits = [], []
     for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        sync(device)
         wait, done = 0.0, 0
         start = time.perf_counter()
         while done < steps and (done < 3 or time.perf_counter() - start < budget_s / repeats):
@@ -280,14 +280,13 @@ def timed(step, batches, device, warmup, steps, repeats=3, budget_s=float("inf")
             wait += time.perf_counter() - asked
             step(batch)
             done += 1
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        sync(device)
         times.append((time.perf_counter() - start) / done)
         waits.append(wait / done)
     return statistics.median(times), statistics.median(waits)
 
 
-def against_staged(step, batches, staged_block, device, args, interleave):
+def against_staged(step, batches, staged_block, before, device, args, interleave):
     """The pipeline's step time and wait, and the staged step's time measured
     around it: the loader efficiency is their ratio. A host-bound step drifts
     by several percent over a run, so the staged step is timed next to each
@@ -295,8 +294,9 @@ def against_staged(step, batches, staged_block, device, args, interleave):
     pipeline works only when asked (robocache, or a DataLoader without
     workers); before and after it where workers run ahead, since a staged
     block in between would let them fill their queue and flatter the next
-    block. Returns (step_s, wait_s, staged_step_s)."""
-    staged = [staged_block()]
+    block. `before` is the staged step timed before the pipeline started
+    (its workers not yet running). Returns (step_s, wait_s, staged_step_s)."""
+    staged = [before]
     if interleave:
         runs = []
         for _ in range(3):
@@ -318,8 +318,7 @@ def nvml_utilisation(step, batches, device, steps):
     with Utilisation(device) as nvml:
         for _ in range(steps):
             step(next(batches))
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        sync(device)
     return nvml.mean()
 
 
@@ -332,14 +331,12 @@ def data_path_alone(batches, device, batch_size, steps, workers=0, budget_s=floa
     skip = max(workers, 1)
     for _ in range(skip):
         next(batches)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    sync(device)
     start, done = time.perf_counter(), 0
     while done < steps and (done < 3 or time.perf_counter() - start < budget_s):
         next(batches)
         done += 1
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    sync(device)
     return done * batch_size / (time.perf_counter() - start)
 
 
@@ -371,7 +368,9 @@ def host_memory_bytes():
         pid = pending.pop()
         size = pss(pid)
         if size is None:
-            return None if pid == os.getpid() else total
+            if pid == os.getpid():
+                return None
+            continue  # a worker that exited meanwhile
         total += size
         pending += children(pid)
     return total
@@ -422,6 +421,8 @@ def main(argv=None):
     device = ranks.device
     if ranks.world_size > 1 and not args.data:
         parser.error("under torchrun, give --data (a directory every rank reads)")
+    if ranks.world_size > 1:  # DDP: every rank takes the same steps, so no time budget
+        args.budget = float("inf")
     workers = [int(w) for w in args.workers.split(",") if w != ""]
     pipelines = ["robocache"] if ranks.world_size > 1 else args.pipelines.split(",")
     torch.manual_seed(0)
@@ -498,12 +499,13 @@ def main(argv=None):
         rows[0]["busy"] = busy_fraction(step, repeat(), device, args.steps)
         cases = []
         if "robocache" in pipelines:
-            cases.append(("robocache", robocache_batches))
+            cases.append(("robocache", 0, robocache_batches))
         for w in workers:
             if "lerobot-like" in pipelines and not mcap:  # LeRobot has no multi-rate streams
                 cases.append(
                     (
                         f"lerobot-like, {w} workers",
+                        w,
                         lambda w=w: loader_batches(
                             PerSampleLeRobot(root), w, args.batch_size, device
                         ),
@@ -513,6 +515,7 @@ def main(argv=None):
                 cases.append(
                     (
                         f"ram, {w} workers",
+                        w,
                         lambda w=w: loader_batches(
                             e2e_mcap.PerSampleMultiRate(store)
                             if mcap
@@ -525,23 +528,27 @@ def main(argv=None):
                         ),  # fmt: skip
                     )
                 )
-        for name, make in cases:
+        for name, case_workers, make in cases:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(device)
+            before = staged_block()
             say(f"{name}: the data path alone ...")
             batches = make()
-            workers = int(name.split(", ")[1].split()[0]) if ", " in name else 0
             alone = data_path_alone(
-                batches, device, args.batch_size, 3 * args.steps, workers, args.budget / 3
+                batches, device, args.batch_size, 3 * args.steps, case_workers, args.budget / 3
             )
             say(f"{name}: {alone:.0f} samples/s alone; training steps ...")
             seconds, wait, staged_s = against_staged(
-                step, batches, staged_block, device, args, interleave=workers == 0
+                step, batches, staged_block, before, device, args, interleave=case_workers == 0
             )
             row = {"pipeline": name, "step_s": seconds, "wait_s": wait, "staged_step_s": staged_s}
             row["data_path_samples_per_s"] = alone
-            profiled = max(3, min(args.steps, int(args.budget / 6 / seconds)))
+            profiled = (
+                args.steps
+                if math.isinf(args.budget)
+                else max(3, min(args.steps, int(args.budget / 6 / seconds)))
+            )
             row["busy"] = busy_fraction(step, batches, device, profiled)
             say(f"{name}: {seconds * 1e3:.1f} ms a step ({staged_s * 1e3:.1f} staged)")
             row["nvml_util"] = nvml_utilisation(step, batches, device, profiled)
@@ -689,7 +696,7 @@ def plot(rows, meta, path):
         print("no matplotlib: no plot", file=sys.stderr)
         return
     names = [r["pipeline"] for r in rows]
-    compute = [rows[0]["step_s"] * 1e3] * len(rows)
+    compute = [r["staged_step_s"] * 1e3 for r in rows]
     data = [max(0.0, r["step_s"] * 1e3 - c) for r, c in zip(rows, compute)]
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.5))
     ax.barh(names, compute, label="the step with a batch already on the GPU")
@@ -700,6 +707,7 @@ def plot(rows, meta, path):
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -142,6 +142,29 @@ def test_sharded_ranks_draw_equal_batches_from_their_own_episodes(tmp_path, drop
         WindowSampler(again.store, {"action": [0.0]}, rank=1)
 
 
+def test_every_shard_picks_the_whole_stores_anchor():
+    """The default anchor is the stream with the most samples in the whole
+    store: a shard where another stream has more must not pick that one
+    (its ranks would then draw different numbers of batches)."""
+
+    def episode(a, b):
+        return {
+            "a": (torch.randn(a, 2), torch.arange(a) * 10**8),
+            "b": (torch.randn(b, 2), torch.arange(b) * 10**8),
+        }
+
+    store = EpisodeStore.from_episodes([episode(10, 4), episode(3, 8)], progress=False)
+    deltas = {"a": [0.0], "b": [0.0]}
+    assert WindowSampler(store, deltas).anchor == "a"  # 13 samples against 12
+    for rank in range(2):
+        shard = store.take_shard(rank, 2)
+        sampler = WindowSampler(shard, deltas, batch_size=2, rank=rank, world_size=2)
+        assert sampler.anchor == "a", rank
+    lengths = {len(WindowSampler(store.take_shard(r, 2), deltas, batch_size=2, rank=r,
+                                 world_size=2)) for r in range(2)}  # fmt: skip
+    assert len(lengths) == 1
+
+
 @pytest.mark.parametrize("world_size,replicate", [(2, False), (3, True)])
 def test_ddp_training_under_torchrun_finishes_with_equal_batches(tmp_path, world_size, replicate):
     store_dir = tmp_path / "store"

@@ -144,11 +144,12 @@ class WindowSampler:
                 normalize.get(key),
                 images,
             )
-        self.anchor = (
-            anchor
-            if anchor is not None
-            else max(store.keys(), key=lambda k: store[k].values.shape[0])
-        )
+        def samples(key):  # in the whole store, so that every shard picks alike
+            if store.shard is not None:
+                return int(store.shard.counts[key].sum())
+            return store[key].values.shape[0]
+
+        self.anchor = anchor if anchor is not None else max(store.keys(), key=samples)
         anchor_stream = store[self.anchor]
         if not isinstance(drop_n_last_frames, int) or drop_n_last_frames < 0:
             raise ValueError(

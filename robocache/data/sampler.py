@@ -144,6 +144,7 @@ class WindowSampler:
                 normalize.get(key),
                 images,
             )
+
         def samples(key):  # in the whole store, so that every shard picks alike
             if store.shard is not None:
                 return int(store.shard.counts[key].sum())

@@ -186,7 +186,7 @@ class _Builder:
         self.lengths.append(int(length))
         self.task_index.append(self.tasks.setdefault(task, len(self.tasks)))
 
-    def finish(self, fps):
+    def finish(self, fps, info=None):
         if not self.lengths:
             raise ValueError("EpisodeStore.from_episodes: no episodes were given")
         streams = {}
@@ -210,7 +210,7 @@ class _Builder:
         }
         if self.device is not None:
             episodes = {k: v.to(self.device) for k, v in episodes.items()}
-        return EpisodeStore(streams, episodes, list(self.tasks), fps)
+        return EpisodeStore(streams, episodes, list(self.tasks), fps, info=info)
 
 
 _INTEGER_STATS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
@@ -305,8 +305,7 @@ class EpisodeStore:
         bar = tqdm(episodes, total=total, disable=not progress, desc="packing episodes", unit="ep")
         for e, episode in enumerate(bar):
             builder.add(e, episode)
-        store = builder.finish(fps)
-        store.info = dict(info or {})
+        store = builder.finish(fps, info)
         for q in quantiles:
             store._add_quantile(float(q))
         return store
@@ -398,6 +397,7 @@ class EpisodeStore:
                 "EpisodeStore.save: this store is one rank's shard; save the whole store "
                 "(each rank then loads its part with load(directory, shard=(rank, world_size)))"
             )
+        info = _info_json(self.info)  # before any tensor is copied to the host
         os.makedirs(directory, exist_ok=True)
         tensors = {f"episodes/{k}": v.contiguous().cpu() for k, v in self.episodes.items()}
         # Streams are named by position (keys may hold any character); the
@@ -414,7 +414,7 @@ class EpisodeStore:
             "keys": json.dumps(list(self.streams)),
             "tasks": json.dumps(self.tasks),
             "fps": json.dumps(self.fps),
-            "info": _info_json(self.info),
+            "info": info,
         }
         # A new file, then a rename: a store loaded (mapped) from this file
         # stays valid, and a crash never leaves half a cache.

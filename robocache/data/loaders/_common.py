@@ -72,9 +72,9 @@ def split_log(streams, marks=(), gap=None):
     for k in range(len(edges) - 1):
         episode = {}
         for name, (v, t) in streams.items():
-            if len(t):
-                keep = (t >= edges[k]) & (t < edges[k + 1])
-                episode[name] = (v[keep], t[keep])
+            if len(t):  # t is sorted (stack_streams): a piece is a slice, not a copy
+                lo, hi = np.searchsorted(t, np.array(edges[k : k + 2], dtype=np.int64))
+                episode[name] = (v[lo:hi], t[lo:hi])
         if any(len(t) for _, t in episode.values()):
             yield episode
 

@@ -80,4 +80,19 @@ TORCH_LIBRARY(robocache, m) {
       "Tensor query_times, str mode, int interval, int tolerance, int edge_tolerance, "
       "SymInt num_values) -> Tensor",
       {at::Tag::pt2_compliant_tag});
+  // Windows of K packed streams around B anchor rows, in one launch: row
+  // index[b] of the anchor stream (anchor_offsets, anchor_times) lies in
+  // episode[b]; stream k is sampled at anchor_times[index[b]] + deltas[k]
+  // (W_k,) within that episode, as sample_windows does. Every stream has
+  // the anchor stream's E episodes. modes: one, or K comma-separated;
+  // intervals and tolerances: empty, one, or K. anchor_rows: tables with a
+  // row per anchor-stream row (N_anchor, *shape_j), gathered at index in the
+  // same launch. Returns (out[k] (B, W_k, *shape_k), is_pad[k] (B, W_k),
+  // age[k] (B, W_k), episode (B,), rows[j] (B, *shape_j)).
+  m.def(
+      "anchor_windows(Tensor[] values, Tensor[] times, Tensor[] offsets, Tensor[] deltas, "
+      "Tensor anchor_offsets, Tensor anchor_times, Tensor index, Tensor[] anchor_rows, "
+      "str modes=\"nearest\", int[] intervals=[], int[] tolerances=[], int edge_tolerance=0) "
+      "-> (Tensor[], Tensor[], Tensor[], Tensor, Tensor[])",
+      {at::Tag::pt2_compliant_tag});
 }

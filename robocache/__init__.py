@@ -43,12 +43,14 @@ from . import (  # noqa: E402,F401  (autograd, forward AD and vmap of the ops)
     _vmap,
     reference,  # noqa: E402
 )
+from ._anchor_windows import anchor_windows  # noqa: E402
 from ._compat import fuse_multimodal, resample_trajectories, voxelize_point_cloud  # noqa: E402
 from ._ops import fuse, fuse_columns, is_cuda_available, resample, voxelize  # noqa: E402
 from ._version import __version__  # noqa: E402,F401
 from ._windows import sample_windows  # noqa: E402
 
 __all__ = [
+    "anchor_windows",
     "fuse",
     "fuse_columns",
     "fuse_multimodal",

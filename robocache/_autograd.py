@@ -39,7 +39,9 @@ def _register(opname, function, flatten=None):
         flat = flatten(*args) if flatten else args
         if torch.is_grad_enabled() and (torch._C._any_requires_grad(*flat) or _any_tangent(flat)):
             out = _apply(function, flat)
-            return function.unflatten_output(out) if hasattr(function, "unflatten_output") else out
+            if hasattr(function, "unflatten_output"):  # the op's outputs from apply's flat ones
+                return function.unflatten_output(out, flat)
+            return out
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
 
@@ -401,7 +403,7 @@ class _FuseBackward(torch.autograd.Function):
         ctx.save_for_forward(*inputs[1:-3])
 
     @staticmethod
-    def unflatten_output(out):
+    def unflatten_output(out, flat):
         return list(out[:-1]), out[-1]
 
     @staticmethod

@@ -321,3 +321,56 @@ def sample_windows(
             is_pad[b, j] = pad or outside or stale
     device = values.device
     return out.reshape(B, W, *shape).to(device), is_pad.to(device), age.to(device)
+
+
+def anchor_windows(
+    values,
+    times,
+    offsets,
+    deltas,
+    anchor_offsets,
+    anchor_times,
+    index,
+    modes="nearest",
+    intervals=None,
+    tolerances=None,
+    edge_tolerance=0,
+    anchor_rows=None,
+):
+    """robocache.anchor_windows: each anchor row's episode by bisection of
+    anchor_offsets, then every stream through :func:`sample_windows` at
+    ``anchor_times[index] + deltas[k]``, and each anchor_rows table indexed."""
+    K = len(values)
+
+    def per_stream(x, fallback):
+        x = fallback if x is None else x
+        return list(x) if isinstance(x, (list, tuple)) else [x] * K
+
+    modes = per_stream(modes, "nearest")
+    modes = modes * K if len(modes) == 1 else modes
+    intervals, tolerances = per_stream(intervals, 0), per_stream(tolerances, None)
+    off = anchor_offsets.tolist()
+    episode = []
+    for b, row in enumerate(index.tolist()):
+        if not off[0] <= row < off[-1]:
+            raise ValueError(f"index[{b}] = {row} is not a row of any episode")
+        episode.append(bisect.bisect_right(off, row) - 1)
+    episode = torch.tensor(episode, dtype=torch.int64, device=index.device)
+    anchor_time = anchor_times[index].unsqueeze(1)
+    outs, pads, ages = [], [], []
+    for k in range(K):
+        out, pad, age = sample_windows(
+            values[k],
+            times[k],
+            offsets[k],
+            episode,
+            anchor_time + deltas[k],
+            modes[k],
+            intervals[k],
+            tolerances[k],
+            edge_tolerance,
+        )
+        outs.append(out)
+        pads.append(pad)
+        ages.append(age)
+    return outs, pads, ages, episode, [table[index] for table in anchor_rows or []]

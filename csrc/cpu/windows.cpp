@@ -15,35 +15,32 @@
 
 #include "robocache/error.h"
 #include "robocache/window_checks.h"
+#include "windows_cpu.h"
 
 namespace robocache {
-namespace {
-
-constexpr const char* kOp = "robocache.sample_windows";
-
-struct Ragged {
-  at::Tensor times, offsets, episode, query;
-  int64_t N, E, B, W;
-};
 
 Ragged ragged_inputs(const at::Tensor& times, const at::Tensor& offsets, const at::Tensor& episode,
-                     const at::Tensor& query_times, const WindowSizes& n) {
+                     const at::Tensor& query_times, const WindowSizes& n, const char* op) {
   Ragged r{times.contiguous(), offsets.contiguous(), episode.contiguous(), query_times.contiguous(),
            n.N.expect_int(),   n.E.expect_int(),     n.B.expect_int(),     n.W.expect_int()};
   const int64_t* off = r.offsets.data_ptr<int64_t>();
-  ROBOCACHE_CHECK_VALUE(off[0] >= 0 && off[r.E] <= r.N, kOp, ": offsets must lie in [0, N = ", r.N,
+  ROBOCACHE_CHECK_VALUE(off[0] >= 0 && off[r.E] <= r.N, op, ": offsets must lie in [0, N = ", r.N,
                         "]; got offsets[0] = ", off[0], " and offsets[E] = ", off[r.E]);
   for (int64_t e = 0; e < r.E; ++e) {
-    ROBOCACHE_CHECK_VALUE(off[e] <= off[e + 1], kOp, ": offsets must be non-decreasing; offsets[",
-                          e, "] = ", off[e], " > offsets[", e + 1, "] = ", off[e + 1]);
+    ROBOCACHE_CHECK_VALUE(off[e] <= off[e + 1], op, ": offsets must be non-decreasing; offsets[", e,
+                          "] = ", off[e], " > offsets[", e + 1, "] = ", off[e + 1]);
   }
   const int64_t* ep = r.episode.data_ptr<int64_t>();
   for (int64_t b = 0; b < r.B; ++b) {
-    ROBOCACHE_CHECK_VALUE(ep[b] >= 0 && ep[b] < r.E, kOp, ": episode[", b, "] = ", ep[b],
+    ROBOCACHE_CHECK_VALUE(ep[b] >= 0 && ep[b] < r.E, op, ": episode[", b, "] = ", ep[b],
                           " is not an episode of this stream (there are ", r.E, ")");
   }
   return r;
 }
+
+namespace {
+
+constexpr const char* kOp = "robocache.sample_windows";
 
 // Raw pointers of the index tensors, read once per call.
 struct RaggedView {
@@ -85,19 +82,12 @@ void blend_rows(const WindowPick& p, const value_t* values, int64_t D, value_t* 
   }
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cpu(
-    const at::Tensor& values, const at::Tensor& times, const at::Tensor& offsets,
-    const at::Tensor& episode, const at::Tensor& query_times, c10::string_view mode,
-    int64_t interval, int64_t tolerance, int64_t edge_tolerance) {
-  const WindowRule rule = window_rule(mode, interval, tolerance, edge_tolerance, kOp);
-  const WindowSizes n =
-      check_window_inputs(values, times, offsets, episode, query_times, rule, kOp);
-  const Ragged r = ragged_inputs(times, offsets, episode, query_times, n);
+}  // namespace
+
+void fill_windows(const at::Tensor& values, const Ragged& r, const WindowRule& rule,
+                  at::Tensor& out, at::Tensor& is_pad, at::Tensor& age) {
   const at::Tensor v = values.contiguous();
-  const int64_t D = n.D.expect_int();
-  at::Tensor out = at::empty({r.B, r.W, D}, values.options());
-  at::Tensor is_pad = at::empty({r.B, r.W}, values.options().dtype(at::kBool));
-  at::Tensor age = at::empty({r.B, r.W}, values.options().dtype(at::kLong));
+  const int64_t D = r.B * r.W > 0 ? out.numel() / (r.B * r.W) : 0;
   bool* pad_ptr = is_pad.data_ptr<bool>();
   int64_t* age_ptr = age.data_ptr<int64_t>();
   const bool blends = rule.mode == WindowMode::Linear || rule.mode == WindowMode::Mean;
@@ -125,6 +115,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cpu(
           });
         });
       });
+}
+
+namespace {
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cpu(
+    const at::Tensor& values, const at::Tensor& times, const at::Tensor& offsets,
+    const at::Tensor& episode, const at::Tensor& query_times, c10::string_view mode,
+    int64_t interval, int64_t tolerance, int64_t edge_tolerance) {
+  const WindowRule rule = window_rule(mode, interval, tolerance, edge_tolerance, kOp);
+  const WindowSizes n =
+      check_window_inputs(values, times, offsets, episode, query_times, rule, kOp);
+  const Ragged r = ragged_inputs(times, offsets, episode, query_times, n, kOp);
+  const int64_t D = n.D.expect_int();
+  at::Tensor out = at::empty({r.B, r.W, D}, values.options());
+  at::Tensor is_pad = at::empty({r.B, r.W}, values.options().dtype(at::kBool));
+  at::Tensor age = at::empty({r.B, r.W}, values.options().dtype(at::kLong));
+  fill_windows(values, r, rule, out, is_pad, age);
   return {out, is_pad, age};
 }
 
@@ -137,7 +144,7 @@ at::Tensor sample_windows_backward_cpu(const at::Tensor& grad_out, const at::Ten
   const WindowSizes n =
       check_window_backward_inputs(grad_out, times, offsets, episode, query_times, num_values, kOp);
   const int64_t N = n.N.expect_int();
-  const Ragged r = ragged_inputs(times, offsets, episode, query_times, n);
+  const Ragged r = ragged_inputs(times, offsets, episode, query_times, n, kOp);
   const int64_t D = n.D.expect_int();
   const at::Tensor g = grad_out.contiguous();
   at::Tensor grad_values;

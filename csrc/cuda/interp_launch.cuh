@@ -27,10 +27,6 @@ inline int group_log2(int64_t nvec) {
   return lg;
 }
 
-inline bool aligned(const void* p, int bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 // The backward kernel's chunks of kWarpLanes queries of one batch row,
 // kThreads / kWarpLanes chunks per block.
 struct ChunkGrid {

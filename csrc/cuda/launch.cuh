@@ -23,6 +23,11 @@ inline unsigned int grid_blocks(int64_t items, int64_t per_block, const char* op
   return static_cast<unsigned int>(std::max<int64_t>(blocks, 1));
 }
 
+// Whether p is a multiple of `bytes` (for vector loads and stores).
+inline bool aligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
 // A thread per element, for n elements.
 inline unsigned int grid_blocks(int64_t n, const char* op) {
   return grid_blocks(n, kThreads, op, "elements", n);

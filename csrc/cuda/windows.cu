@@ -24,14 +24,6 @@ namespace {
 
 constexpr const char* kOp = "robocache.sample_windows";
 
-// Bytes of output a tile aims at: enough work per block for short rows, one
-// query per block for rows of this size or more.
-constexpr int64_t kTileBytes = 16384;
-
-int tile_queries(int64_t row_bytes) {
-  return int(std::clamp<int64_t>(kTileBytes / std::max<int64_t>(row_bytes, 1), 1, kMaxWindowTile));
-}
-
 WindowArgs window_args(const at::Tensor& times, const at::Tensor& offsets,
                        const at::Tensor& episode, const at::Tensor& query, const WindowSizes& n,
                        const WindowRule& rule) {
@@ -44,10 +36,6 @@ WindowArgs window_args(const at::Tensor& times, const at::Tensor& offsets,
                     n.W.expect_int(),
                     n.B.expect_int() * n.W.expect_int(),
                     rule};
-}
-
-bool aligned(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
 template <typename chunk_t>

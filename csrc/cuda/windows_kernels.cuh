@@ -15,6 +15,16 @@ namespace robocache {
 
 constexpr int kMaxWindowTile = kThreads;  // queries per block, at most
 
+// Bytes of output a tile aims at: enough work per block for short rows, one
+// query per block for rows of this size or more.
+constexpr int64_t kTileBytes = 16384;
+
+// Queries a block takes for rows of `row_bytes` (host code, for launchers).
+inline int tile_queries(int64_t row_bytes) {
+  const int64_t q = kTileBytes / (row_bytes > 1 ? row_bytes : 1);
+  return int(q < 1 ? 1 : (q > kMaxWindowTile ? kMaxWindowTile : q));
+}
+
 struct WindowArgs {
   const int64_t* times;
   const int64_t* offsets;
@@ -85,18 +95,13 @@ __device__ __forceinline__ void copy_row(const WindowPick& p, const chunk_t* __r
     dst[c] = src[c];
 }
 
-// Point modes (and any pick that reads one row): rows copied in chunks of
-// `chunk_t` (16, 8, 4, 2 or 1 bytes; the launcher picks the widest that
-// divides the row and both base addresses).
+// Phase two of the point modes (and any pick that reads one row): the
+// tile's nq rows copied in chunks of `chunk_t` (16, 8, 4, 2 or 1 bytes; the
+// launcher picks the widest that divides the row and both base addresses).
 template <typename chunk_t>
-__global__ void __launch_bounds__(kThreads)
-    gather_windows_kernel(const WindowArgs a, const chunk_t* __restrict__ values,
-                          int64_t chunks_per_row, int Q, chunk_t* __restrict__ out,
-                          bool* __restrict__ is_pad, int64_t* __restrict__ age) {
-  __shared__ WindowPick picks[kMaxWindowTile];
-  int64_t first;
-  const int nq = locate_windows(a, Q, picks, is_pad, age, first);
-  chunk_t* dst = out + first * chunks_per_row;
+__device__ __forceinline__ void gather_tile(const WindowPick* picks, int nq,
+                                            const chunk_t* __restrict__ values,
+                                            int64_t chunks_per_row, chunk_t* __restrict__ dst) {
   if (chunks_per_row >= kThreads) {  // long rows (images): row by row
     for (int r = 0; r < nq; ++r)
       copy_row(picks[r], values, chunks_per_row, dst + int64_t(r) * chunks_per_row);
@@ -113,17 +118,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// linear and mean: one thread per output value, computed in C.
+// Phase two of linear and mean: one thread per output value, computed in C.
 template <typename value_t, typename C>
-__global__ void __launch_bounds__(kThreads)
-    blend_windows_kernel(const WindowArgs a, const value_t* __restrict__ values, int64_t D, int Q,
-                         value_t* __restrict__ out, bool* __restrict__ is_pad,
-                         int64_t* __restrict__ age) {
-  __shared__ WindowPick picks[kMaxWindowTile];
-  int64_t first;
-  const int nq = locate_windows(a, Q, picks, is_pad, age, first);
+__device__ __forceinline__ void blend_tile(const WindowPick* picks, int nq,
+                                           const value_t* __restrict__ values, int64_t D,
+                                           value_t* __restrict__ dst) {
   const int64_t total = int64_t(nq) * D;
-  value_t* dst = out + first * D;
   for (int64_t i = threadIdx.x; i < total; i += kThreads) {
     const int64_t row = i / D, d = i - row * D;
     const WindowPick& p = picks[row];
@@ -140,6 +140,28 @@ __global__ void __launch_bounds__(kThreads)
     }
     dst[i] = value_t(y);
   }
+}
+
+template <typename chunk_t>
+__global__ void __launch_bounds__(kThreads)
+    gather_windows_kernel(const WindowArgs a, const chunk_t* __restrict__ values,
+                          int64_t chunks_per_row, int Q, chunk_t* __restrict__ out,
+                          bool* __restrict__ is_pad, int64_t* __restrict__ age) {
+  __shared__ WindowPick picks[kMaxWindowTile];
+  int64_t first;
+  const int nq = locate_windows(a, Q, picks, is_pad, age, first);
+  gather_tile(picks, nq, values, chunks_per_row, out + first * chunks_per_row);
+}
+
+template <typename value_t, typename C>
+__global__ void __launch_bounds__(kThreads)
+    blend_windows_kernel(const WindowArgs a, const value_t* __restrict__ values, int64_t D, int Q,
+                         value_t* __restrict__ out, bool* __restrict__ is_pad,
+                         int64_t* __restrict__ age) {
+  __shared__ WindowPick picks[kMaxWindowTile];
+  int64_t first;
+  const int nq = locate_windows(a, Q, picks, is_pad, age, first);
+  blend_tile<value_t, C>(picks, nq, values, D, out + first * D);
 }
 
 // Backward: every output value's gradient added, with its weight, to the

@@ -4,7 +4,10 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/SymInt.h>
+#include <c10/util/ArrayRef.h>
 #include <c10/util/string_view.h>
+
+#include <vector>
 
 #include "robocache/windows.h"
 
@@ -34,5 +37,34 @@ WindowSizes check_window_backward_inputs(const at::Tensor& grad_out, const at::T
                                          const at::Tensor& offsets, const at::Tensor& episode,
                                          const at::Tensor& query_times,
                                          const c10::SymInt& num_values, const char* op);
+
+// robocache::anchor_windows: K streams' windows around B anchor rows.
+struct AnchorWindowSizes {
+  c10::SymInt E, B, N_anchor;
+  std::vector<WindowSizes> streams;  // per stream: N, D (row elements), E, B, W
+};
+
+// One rule per stream: modes one for all or K comma-separated; intervals and
+// tolerances empty (0 and -1 for all), one for all, or K.
+std::vector<WindowRule> anchor_window_rules(c10::string_view modes, c10::IntArrayRef intervals,
+                                            c10::IntArrayRef tolerances, int64_t edge_tolerance,
+                                            size_t K, const char* op);
+
+// values[k] (N_k, *shape_k), times[k] (N_k,), offsets[k] (E + 1,), deltas[k]
+// (W_k >= 1,) int64; anchor_offsets (E + 1,), anchor_times (N_anchor,), index
+// (B,) int64; anchor_rows[j] (N_anchor, *shape_j) any dtype; K >= 1; one device.
+AnchorWindowSizes check_anchor_window_inputs(at::TensorList values, at::TensorList times,
+                                             at::TensorList offsets, at::TensorList deltas,
+                                             const at::Tensor& anchor_offsets,
+                                             const at::Tensor& anchor_times,
+                                             const at::Tensor& index, at::TensorList anchor_rows,
+                                             const std::vector<WindowRule>& rules, const char* op);
+
+// The output shape of stream k: (B, W_k, *values[k].shape[1:]).
+std::vector<c10::SymInt> anchor_window_shape(const at::Tensor& values, const AnchorWindowSizes& n,
+                                             size_t k);
+
+// The output shape of an anchor-row table: (B, *rows.shape[1:]).
+std::vector<c10::SymInt> anchor_row_shape(const at::Tensor& rows, const AnchorWindowSizes& n);
 
 }  // namespace robocache

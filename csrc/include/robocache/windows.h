@@ -44,6 +44,11 @@ ROBOCACHE_HD int64_t saturating_sub(int64_t a, int64_t b) {
   return s;
 }
 
+// a + b as int64 addition wraps (torch's int64 add), without signed overflow.
+ROBOCACHE_HD int64_t wrapping_add(int64_t a, int64_t b) {
+  return int64_t(uint64_t(a) + uint64_t(b));
+}
+
 // |a - b| without overflow.
 ROBOCACHE_HD uint64_t distance(int64_t a, int64_t b) {
   return a >= b ? uint64_t(a) - uint64_t(b) : uint64_t(b) - uint64_t(a);
@@ -105,6 +110,14 @@ ROBOCACHE_HD int64_t first_after_guessed(const int64_t* times, int64_t a, int64_
     }
   }
   return first_after(times, lo, hi, q);  // times[hi] > q: hi if no row before it is
+}
+
+// The episode among E whose rows [offsets[e], offsets[e + 1]) hold `row`
+// (offsets non-decreasing); -1 when row lies outside [offsets[0], offsets[E]).
+ROBOCACHE_HD int64_t episode_of_row(const int64_t* offsets, int64_t E, int64_t row) {
+  if (E <= 0 || row < offsets[0] || row >= offsets[E])
+    return -1;
+  return first_after(offsets, 0, E + 1, row) - 1;
 }
 
 // Where query q lands among rows [a, b) of `times`.

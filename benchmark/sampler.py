@@ -7,7 +7,8 @@ Cases (LeRobot-style windows, B = 256):
   cameras: the same plus two uint8 96x96x3 cameras, 2 steps each.
 
 Columns: robocache's WindowSampler (a loop of batches, synchronized once;
-and one batch replayed from a CUDA graph), the same windows in plain PyTorch
+one batch replayed from a CUDA graph; ten batches in one graph, against ten
+copies of the batch's bytes in one graph), the same windows in plain PyTorch
 on the device (episode lookup, clamp, gather; eager and torch.compile), and a
 per-sample Dataset doing what LeRobot does (index arithmetic, clamping,
 gathering from in-memory arrays) behind a DataLoader with pinned memory and
@@ -79,18 +80,19 @@ def per_batch_seconds(make_batch, device, batches, repeats=5):
     return statistics.median(times)
 
 
-def graph_seconds(sampler, index, device):
-    """One batch replayed from a CUDA graph (median of CUDA-event timings)."""
-    static = index.clone()
+def graph_seconds(fn, device, per_graph=1):
+    """fn() captured `per_graph` times in one CUDA graph; seconds per call
+    (median of CUDA-event timings of 20 replays)."""
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
         for _ in range(3):
-            sampler.batch_at(static)
+            fn()
     torch.cuda.current_stream(device).wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        sampler.batch_at(static)
+        for _ in range(per_graph):
+            fn()
     times = []
     for _ in range(50):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -99,7 +101,7 @@ def graph_seconds(sampler, index, device):
             graph.replay()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) / 20 / 1e3)
+        times.append(a.elapsed_time(b) / 20 / per_graph / 1e3)
     return statistics.median(times)
 
 
@@ -201,8 +203,18 @@ def run_case(name, store, args, device):
     row = {"case": name, "B": B, "batch_bytes": nbytes}
     row["robocache_s"] = per_batch_seconds(lambda: sampler.batch_at(index()), device, args.batches)
     if device.type == "cuda":
-        row["robocache_graph_s"] = graph_seconds(sampler, index(), device)
+        static = index()
+        row["robocache_graph_s"] = graph_seconds(lambda: sampler.batch_at(static), device)
         row["copy_GBps"] = copy_gbps(nbytes, device)
+        # Throughput against a device copy of the batch's bytes, both timed
+        # alike: ten in one CUDA graph (no replay's own cost in either).
+        src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        row["copy_x10_s"] = graph_seconds(lambda: dst.copy_(src), device, per_graph=10)
+        row["robocache_graph_x10_s"] = graph_seconds(
+            lambda: sampler.batch_at(static), device, per_graph=10
+        )
+        row["graph_vs_copy"] = row["copy_x10_s"] / row["robocache_graph_x10_s"]
     plain = torch_windows(store, deltas)
     same = index()
     ours, theirs = sampler.batch_at(same), plain(same)
@@ -232,6 +244,10 @@ def print_row(row):
         gbps = row["batch_bytes"] / row["robocache_s"] / 1e9
         print(
             f"  robocache writes {gbps:.0f} GB/s; a copy of the same bytes {row['copy_GBps']:.0f} GB/s"
+        )
+        print(
+            f"  ten batches in one graph: {row['graph_vs_copy']:.0%} of the rate of ten copies"
+            " of their bytes in one graph"
         )
 
 

@@ -1,8 +1,8 @@
 """WindowSampler: batches of windows cut from an EpisodeStore on the device.
 
-Each batch is a handful of kernel launches (one ``sample_windows`` per key,
-plus a few index ops), with no worker processes, no per-sample Python and no
-host synchronization.
+Each batch is one ``anchor_windows`` launch: every key's windows and the
+anchor frames' metadata, with no worker processes, no per-sample Python and
+no host synchronization.
 """
 
 import math
@@ -186,18 +186,37 @@ class WindowSampler:
             )
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, int(seed)
         self.drop_last, self.key_age, self.epoch = drop_last, key_age, 0
-        # Per episode, one gather a batch: episode_index, task_index and the
-        # anchor stream's first row; per anchor row, its time from the
-        # episode's first frame in seconds (float32, as LeRobot's timestamp).
-        self._episode_table = torch.stack(
-            [
-                store.episodes["episode_index"].to(offsets.device),
-                store.episodes["task_index"].to(offsets.device),
-                offsets[:-1],
-            ]
+        # Per anchor row, gathered with the windows: its episode_index,
+        # frame_index and task_index, and its time from the episode's first
+        # frame in seconds (float32, as LeRobot's timestamp).
+        first_row = offsets[:-1][row_episode]
+        episodes = {
+            k: store.episodes[k].to(offsets.device) for k in ("episode_index", "task_index")
+        }
+        self._row_tables = {
+            "episode_index": episodes["episode_index"][row_episode],
+            "frame_index": torch.arange(times.numel(), device=offsets.device) - first_row,
+            "task_index": episodes["task_index"][row_episode],
+            "timestamp": ((times - times[first_row]).double() * 1e-9).float(),
+        }
+        # The arguments of one anchor_windows call for every key a batch.
+        plans = self.keys.values()
+        streams = [store[key] for key in self.keys]
+        self._window_args = (
+            [s.values for s in streams],
+            [s.times for s in streams],
+            [s.offsets for s in streams],
+            [plan["deltas"] for plan in plans],
+            offsets,
+            times,
         )
-        first_time = times[offsets[:-1][row_episode]]
-        self._row_timestamp = ((times - first_time).double() * 1e-9).float()
+        self._window_rules = (
+            list(self._row_tables.values()),
+            ",".join(plan["mode"] for plan in plans),
+            [plan["interval"] for plan in plans],
+            [plan["tolerance"] for plan in plans],
+            edge,
+        )
 
     def _key_plan(self, key, deltas, mode, interval, tolerance, edge, normalize, images):
         stream = self.store[key]
@@ -249,7 +268,6 @@ class WindowSampler:
         )
         return {
             "deltas": torch.tensor(deltas_ns, dtype=torch.int64, device=self.store.device),
-            "deltas_key": tuple(deltas_ns),  # keys with the same deltas share a query
             "mode": mode,
             "interval": interval,
             "tolerance": -1 if tolerance is None else tolerance,
@@ -296,32 +314,16 @@ class WindowSampler:
     def batch_at(self, index):
         """The batch whose anchors are ``index``: global frame indices (rows)
         of the anchor stream, a (B,) int64 tensor or a list."""
-        store = self.store
-        anchor = store[self.anchor]
-        index = torch.as_tensor(index, dtype=torch.int64, device=store.device)
-        # The store's tensors never need gradients: the ops run below autograd
+        index = torch.as_tensor(index, dtype=torch.int64, device=self.store.device)
+        # The store's tensors never need gradients: the op runs below autograd
         # (no autograd bookkeeping a call; the batch's tensors are ordinary).
         with torch._C._AutoDispatchBelowAutograd():
-            episode = torch.searchsorted(anchor.offsets[1:], index, right=True)
-            anchor_time = anchor.times[index]
-            queries, batch = {}, {}
-            for key, plan in self.keys.items():
-                stream = store[key]
-                query = queries.get(plan["deltas_key"])
-                if query is None:
-                    query = queries[plan["deltas_key"]] = anchor_time.unsqueeze(1) + plan["deltas"]
-                values, is_pad, age = _OPS.sample_windows(
-                    stream.values.reshape(stream.values.shape[0], -1),
-                    stream.times,
-                    stream.offsets,
-                    episode,
-                    query,
-                    plan["mode"],
-                    plan["interval"],
-                    plan["tolerance"],
-                    plan["edge"],
-                )
-                values = self._move(values.reshape(*values.shape[:2], *stream.values.shape[1:]))
+            outs, pads, ages, _, rows = _OPS.anchor_windows(
+                *self._window_args, index, *self._window_rules
+            )
+            batch = {}
+            for (key, plan), values, is_pad, age in zip(self.keys.items(), outs, pads, ages):
+                values = self._move(values)
                 if plan["to_float"]:
                     values = values.float().div_(255)
                 if plan["scale"] is not None:
@@ -332,15 +334,8 @@ class WindowSampler:
                 batch[f"{key}_is_pad"] = self._move(is_pad)
                 if self.key_age:
                     batch[f"{key}_age"] = self._move((age.double() * 1e-9).float())
-            episode_index, task_index, first_row = self._episode_table.index_select(1, episode)
-            meta = {
-                "index": index,
-                "episode_index": episode_index,
-                "frame_index": index - first_row,
-                "timestamp": self._row_timestamp[index],
-                "task_index": task_index,
-            }
-            for name, t in meta.items():
+            batch["index"] = self._move(index)
+            for name, t in zip(self._row_tables, rows):
                 batch[name] = self._move(t)
         return batch
 

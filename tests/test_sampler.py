@@ -223,6 +223,12 @@ def test_errors():
         WindowSampler(store, {"action": [0.0]}, tolerance_s={"action": -0.1})
     with pytest.raises(ValueError, match=r"interval_s\['action'\] must be >= 0"):
         WindowSampler(store, {"action": [0.0]}, modes={"action": "mean"}, interval_s={"action": -1})
+    # An anchor that is no frame of the store (on the CPU the operator reads index).
+    sampler = WindowSampler(store, {"action": [0.0]}, anchor="action")
+    with pytest.raises(ValueError, match=r"index\[1\] = 3 is not a row of any episode"):
+        sampler.batch_at([0, 3])
+    with pytest.raises(ValueError, match=r"index\[0\] = -1 is not a row"):
+        sampler.batch_at([-1])
 
 
 @requires_cuda

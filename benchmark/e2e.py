@@ -48,6 +48,7 @@ Metrics:
 """
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -418,6 +419,13 @@ def main(argv=None):
         args.episodes, args.frames, args.size, args.batch_size = 6, 20, 64, 4
         args.warmup, args.steps = 1, 2
     ranks = Ranks(args.device)
+    result = run(args, ranks, parser)
+    ranks.close()  # after run's locals (a DDP model among them) are gone
+    return result
+
+
+def run(args, ranks, parser):
+    """Every pipeline measured on this rank; rank 0 reports."""
     device = ranks.device
     if ranks.world_size > 1 and not args.data:
         parser.error("under torchrun, give --data (a directory every rank reads)")
@@ -591,7 +599,6 @@ def main(argv=None):
             Path(args.md).write_text(table)
         if args.png:
             plot(rows, meta, args.png)
-    ranks.close()
     return 0
 
 
@@ -633,6 +640,9 @@ class Ranks:
         return box[0]
 
     def close(self):
+        # Nothing may still hold the process group (DDP's reducer does) when
+        # it is destroyed: gloo aborts the process at exit otherwise.
+        gc.collect()
         if self.world_size > 1:
             self.dist.barrier()
             self.dist.destroy_process_group()

@@ -7,7 +7,8 @@ Cases (LeRobot-style windows, B = 256):
   cameras: the same plus two uint8 96x96x3 cameras, 2 steps each.
 
 Columns: robocache's WindowSampler (a loop of batches, synchronized once;
-one batch replayed from a CUDA graph; ten batches in one graph, against ten
+the same loop with WindowSampler(cuda_graph=True); one batch replayed from
+a CUDA graph; ten batches in one graph, against ten
 copies of the batch's bytes in one graph), the same windows in plain PyTorch
 on the device (episode lookup, clamp, gather; eager and torch.compile), and a
 per-sample Dataset doing what LeRobot does (index arithmetic, clamping,
@@ -203,6 +204,15 @@ def run_case(name, store, args, device):
     row = {"case": name, "B": B, "batch_bytes": nbytes}
     row["robocache_s"] = per_batch_seconds(lambda: sampler.batch_at(index()), device, args.batches)
     if device.type == "cuda":
+        # The sampler's own graph mode: a batch is an index copy and a replay.
+        graphed = WindowSampler(store, deltas, batch_size=B, device=device, cuda_graph=True)
+        same = index()
+        for key, value in graphed.batch_at(same).items():
+            if not torch.equal(sampler.batch_at(same)[key], value):
+                raise AssertionError(f"{name}: the graph mode's batch differs at {key!r}")
+        row["robocache_graph_mode_s"] = per_batch_seconds(
+            lambda: graphed.batch_at(index()), device, args.batches
+        )
         static = index()
         row["robocache_graph_s"] = graph_seconds(lambda: sampler.batch_at(static), device)
         row["copy_GBps"] = copy_gbps(nbytes, device)

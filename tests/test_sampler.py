@@ -229,6 +229,14 @@ def test_errors():
         sampler.batch_at([0, 3])
     with pytest.raises(ValueError, match=r"index\[0\] = -1 is not a row"):
         sampler.batch_at([-1])
+    with pytest.raises(
+        ValueError, match=r"cuda_graph=True needs the store and the batches on a CUDA"
+    ):
+        WindowSampler(store, {"action": [0.0]}, cuda_graph=True)
+    with pytest.raises(ValueError, match="graph_buffers must be an int >= 1; got 0"):
+        WindowSampler(store, {"action": [0.0]}, graph_buffers=0)
+    with pytest.raises(ValueError, match="cuda_graph must be True or False"):
+        WindowSampler(store, {"action": [0.0]}, cuda_graph="yes")
 
 
 @requires_cuda
@@ -294,3 +302,29 @@ def test_images_as_lerobot_returns_them():
     chw = next(iter(WindowSampler(store, keys, shuffle=False, batch_size=13, images="float_chw")))
     assert chw["observation.images.top"].shape == (13, 2, 3, 5, 4)
     assert torch.equal(chw["observation.images.top"], raw.permute(0, 1, 4, 2, 3).float() / 255)
+
+
+@requires_cuda
+def test_cuda_graph_batches_equal_plain_batches_and_last_their_ring():
+    store = EpisodeStore.from_episodes(lerobot_like([1, 6, 15, 2]), progress=False).to("cuda")
+    deltas = {"action": [k / 10 for k in range(16)], "observation.images.top": [-0.1, 0.0]}
+    kw = dict(batch_size=5, seed=3, modes={"action": "linear"}, images="float_chw")
+    plain = WindowSampler(store, deltas, **kw)
+    graphed = WindowSampler(store, deltas, cuda_graph=True, **kw)
+    for epoch in range(2):  # an epoch's last batch is smaller: graphs of its own
+        plain.set_epoch(epoch)
+        graphed.set_epoch(epoch)
+        count = 0
+        for expected, got in zip(plain, graphed):
+            assert expected.keys() == got.keys()
+            for key in expected:
+                assert torch.equal(expected[key], got[key]), (epoch, count, key)
+            count += 1
+        assert count == len(graphed) == 5
+    # A batch holds while the next is drawn (graph_buffers=2), not after two more.
+    index = [torch.tensor([3, 1, 4, 1, 5], device="cuda") + k for k in range(3)]
+    first = graphed.batch_at(index[0])
+    graphed.batch_at(index[1])
+    assert torch.equal(first["action"], plain.batch_at(index[0])["action"])
+    graphed.batch_at(index[2])
+    assert torch.equal(first["action"], plain.batch_at(index[2])["action"])

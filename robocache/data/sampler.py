@@ -12,6 +12,7 @@ import torch
 
 from .._windows import sample_windows
 from . import _ranks
+from ._graphs import BatchGraphs
 
 __all__ = ["WindowSampler"]
 
@@ -74,6 +75,13 @@ class WindowSampler:
             permutes its own anchors, by (seed, epoch, rank), wrapping around
             to the largest rank's count (or cut to the smallest's). Every
             rank draws the same number of batches, with no collective call.
+        cuda_graph: replay each batch from a CUDA graph, captured once per
+            batch size (a store on a CUDA device): the host's cost of a
+            batch is one index copy and one replay. A batch's tensors are
+            then the graph's buffers, which hold it until ``graph_buffers``
+            more batches of its size are drawn: clone what you keep longer.
+        graph_buffers: the graphs per batch size, each with its own buffers
+            (default 2: a batch stays valid while the next is drawn).
 
     A batch is a dict: ``key`` (B, len(deltas), *shape), ``key_is_pad``
     (B, len(deltas)) bool, and ``index``, ``episode_index``, ``frame_index``,
@@ -102,6 +110,8 @@ class WindowSampler:
         key_age=False,
         rank=None,
         world_size=None,
+        cuda_graph=False,
+        graph_buffers=2,
     ):
         self.store = store
         self.rank, self.world_size = _ranks.resolve(rank, world_size, store)
@@ -186,6 +196,21 @@ class WindowSampler:
             )
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, int(seed)
         self.drop_last, self.key_age, self.epoch = drop_last, key_age, 0
+        if not isinstance(cuda_graph, bool):
+            raise ValueError(f"WindowSampler: cuda_graph must be True or False; got {cuda_graph!r}")
+        if (
+            isinstance(graph_buffers, bool)
+            or not isinstance(graph_buffers, int)
+            or graph_buffers < 1
+        ):
+            raise ValueError(
+                f"WindowSampler: graph_buffers must be an int >= 1; got {graph_buffers!r}"
+            )
+        if cuda_graph and (store.device.type != "cuda" or self.device.type != "cuda"):
+            raise ValueError(
+                "WindowSampler: cuda_graph=True needs the store and the batches on a CUDA "
+                f"device (store.to('cuda')); the store is on {store.device}"
+            )
         # Per anchor row, gathered with the windows: its episode_index,
         # frame_index and task_index, and its time from the episode's first
         # frame in seconds (float32, as LeRobot's timestamp).
@@ -216,6 +241,9 @@ class WindowSampler:
             [plan["interval"] for plan in plans],
             [plan["tolerance"] for plan in plans],
             edge,
+        )
+        self._graphs = (
+            BatchGraphs(self._batch, self._anchors, graph_buffers) if cuda_graph else None
         )
 
     def _key_plan(self, key, deltas, mode, interval, tolerance, edge, normalize, images):
@@ -315,6 +343,11 @@ class WindowSampler:
         """The batch whose anchors are ``index``: global frame indices (rows)
         of the anchor stream, a (B,) int64 tensor or a list."""
         index = torch.as_tensor(index, dtype=torch.int64, device=self.store.device)
+        if self._graphs is not None:
+            return self._graphs(index)
+        return self._batch(index)
+
+    def _batch(self, index):
         # The store's tensors never need gradients: the op runs below autograd
         # (no autograd bookkeeping a call; the batch's tensors are ordinary).
         with torch._C._AutoDispatchBelowAutograd():

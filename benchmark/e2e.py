@@ -391,6 +391,11 @@ def main(argv=None):
     parser.add_argument("--policy", choices=["dp", "small"], default="dp")
     parser.add_argument("--codec", choices=["av1", "h264"], default="av1")
     parser.add_argument("--compile", action="store_true", help="torch.compile the policy")
+    parser.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="the robocache pipeline replays its batches from CUDA graphs (cuda_graph=True)",
+    )
     parser.add_argument("--episodes", type=int, help="default: 200 (lerobot), 40 (mcap)")
     parser.add_argument(
         "--frames", type=int, default=100, help="frames an episode at 10 Hz (its length)"
@@ -427,6 +432,8 @@ def main(argv=None):
 def run(args, ranks, parser):
     """Every pipeline measured on this rank; rank 0 reports."""
     device = ranks.device
+    if args.cuda_graph and device.type != "cuda":
+        parser.error("--cuda-graph needs a CUDA device")
     if ranks.world_size > 1 and not args.data:
         parser.error("under torchrun, give --data (a directory every rank reads)")
     if ranks.world_size > 1:  # DDP: every rank takes the same steps, so no time budget
@@ -476,14 +483,14 @@ def run(args, ranks, parser):
             loss.backward()
             optimizer.step()
 
-        def make_sampler():
+        def make_sampler(cuda_graph=False):
             return WindowSampler(
                 store.to(device), deltas, batch_size=args.batch_size, images="float_chw",
-                drop_last=True, anchor=e2e_mcap.CAMERA if mcap else None,
+                drop_last=True, anchor=e2e_mcap.CAMERA if mcap else None, cuda_graph=cuda_graph,
             )  # fmt: skip
 
         def robocache_batches():
-            batches = sampler_batches(make_sampler())
+            batches = sampler_batches(make_sampler(cuda_graph=args.cuda_graph))
             return (adapt(b) for b in batches) if adapt else batches
 
         staged = make_sampler().batch_at(torch.arange(args.batch_size, device=device))
@@ -507,7 +514,8 @@ def run(args, ranks, parser):
         rows[0]["busy"] = busy_fraction(step, repeat(), device, args.steps)
         cases = []
         if "robocache" in pipelines:
-            cases.append(("robocache", 0, robocache_batches))
+            name = "robocache, cuda_graph" if args.cuda_graph else "robocache"
+            cases.append((name, 0, robocache_batches))
         for w in workers:
             if "lerobot-like" in pipelines and not mcap:  # LeRobot has no multi-rate streams
                 cases.append(
@@ -682,7 +690,7 @@ def markdown(rows, meta):
             f"{'-' if alone is None else f'{alone:.0f}'} | {gib(r.get('host_bytes'))} | "
             f"{gib(r.get('gpu_peak_bytes'))} |"
         )
-    ours = next((r for r in rows if r["pipeline"] == "robocache"), None)
+    ours = next((r for r in rows if r["pipeline"].startswith("robocache")), None)
     theirs = [r for r in rows if r["pipeline"].startswith("lerobot-like")]
     if ours and theirs:
         best = max(theirs, key=lambda r: r["data_path_samples_per_s"])

@@ -23,14 +23,19 @@ constexpr const char* kOp = "robocache.anchor_windows";
 
 // The widest copy whose chunk divides the row and both base addresses.
 RowRule copy_rule(const void* values, const void* out, int64_t row_bytes, int64_t& chunk) {
-  const RowRule rules[] = {RowRule::Copy16, RowRule::Copy8, RowRule::Copy4, RowRule::Copy2};
-  for (int i = 0; i < 4; ++i) {
-    chunk = int64_t(16) >> i;
-    if (row_bytes % chunk == 0 && aligned(values, size_t(chunk)) && aligned(out, size_t(chunk)))
-      return rules[i];
+  chunk = copy_chunk_bytes(values, out, row_bytes);
+  switch (chunk) {
+    case 16:
+      return RowRule::Copy16;
+    case 8:
+      return RowRule::Copy8;
+    case 4:
+      return RowRule::Copy4;
+    case 2:
+      return RowRule::Copy2;
+    default:
+      return RowRule::Copy1;
   }
-  chunk = 1;
-  return RowRule::Copy1;
 }
 
 RowRule blend_rule(at::ScalarType t) {

@@ -28,6 +28,15 @@ inline bool aligned(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
+// The widest copy chunk (16, 8, 4, 2 or 1 bytes) that divides a row of
+// row_bytes and both the source's and the destination's addresses.
+inline int64_t copy_chunk_bytes(const void* src, const void* dst, int64_t row_bytes) {
+  for (int64_t chunk = 16; chunk > 1; chunk /= 2)
+    if (row_bytes % chunk == 0 && aligned(src, size_t(chunk)) && aligned(dst, size_t(chunk)))
+      return chunk;
+  return 1;
+}
+
 // A thread per element, for n elements.
 inline unsigned int grid_blocks(int64_t n, const char* op) {
   return grid_blocks(n, kThreads, op, "elements", n);

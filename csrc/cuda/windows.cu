@@ -39,11 +39,8 @@ WindowArgs window_args(const at::Tensor& times, const at::Tensor& offsets,
 }
 
 template <typename chunk_t>
-bool launch_gather(const WindowArgs& a, const at::Tensor& values, at::Tensor& out,
+void launch_gather(const WindowArgs& a, const at::Tensor& values, at::Tensor& out,
                    at::Tensor& is_pad, at::Tensor& age, int64_t row_bytes) {
-  if (row_bytes % int64_t(sizeof(chunk_t)) != 0 || !aligned(values.data_ptr(), sizeof(chunk_t)) ||
-      !aligned(out.data_ptr(), sizeof(chunk_t)))
-    return false;
   const int Q = tile_queries(row_bytes);
   gather_windows_kernel<chunk_t>
       <<<grid_blocks(a.M, Q, kOp, "windows", a.M), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
@@ -51,7 +48,6 @@ bool launch_gather(const WindowArgs& a, const at::Tensor& values, at::Tensor& ou
           Q, static_cast<chunk_t*>(out.data_ptr()), is_pad.data_ptr<bool>(),
           age.data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return true;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cuda(
@@ -73,11 +69,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cuda(
   const WindowArgs a = window_args(t, o, e, q, n, rule);
   const int64_t row_bytes = D * v.element_size();
   if (rule.mode == WindowMode::Nearest || rule.mode == WindowMode::Previous) {
-    launch_gather<uint4>(a, v, out, is_pad, age, row_bytes) ||
-        launch_gather<uint2>(a, v, out, is_pad, age, row_bytes) ||
-        launch_gather<uint32_t>(a, v, out, is_pad, age, row_bytes) ||
-        launch_gather<uint16_t>(a, v, out, is_pad, age, row_bytes) ||
+    switch (copy_chunk_bytes(v.data_ptr(), out.data_ptr(), row_bytes)) {
+      case 16:
+        launch_gather<uint4>(a, v, out, is_pad, age, row_bytes);
+        break;
+      case 8:
+        launch_gather<uint2>(a, v, out, is_pad, age, row_bytes);
+        break;
+      case 4:
+        launch_gather<uint32_t>(a, v, out, is_pad, age, row_bytes);
+        break;
+      case 2:
+        launch_gather<uint16_t>(a, v, out, is_pad, age, row_bytes);
+        break;
+      default:
         launch_gather<uint8_t>(a, v, out, is_pad, age, row_bytes);
+    }
     return {out, is_pad, age};
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, v.scalar_type(), "sample_windows", [&] {

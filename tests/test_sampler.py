@@ -219,6 +219,14 @@ def test_errors():
     # The operator's checks run at construction (the batches call it directly).
     with pytest.raises(ValueError, match="mode must be 'nearest', 'previous', 'linear' or 'mean'"):
         WindowSampler(store, {"action": [0.0]}, modes={"action": "cubic"})
+    with pytest.raises(
+        ValueError, match=r"\(stream 1\): mode .* got 'cubic' .*stream 1 is 'observation.state'"
+    ):
+        WindowSampler(
+            store,
+            {"action": [0.0], "observation.state": [0.0]},
+            modes={"observation.state": "cubic"},
+        )
     with pytest.raises(ValueError, match=r"tolerance_s\['action'\] must be >= 0"):
         WindowSampler(store, {"action": [0.0]}, tolerance_s={"action": -0.1})
     with pytest.raises(ValueError, match=r"interval_s\['action'\] must be >= 0"):

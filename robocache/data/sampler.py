@@ -10,7 +10,6 @@ import numbers
 
 import torch
 
-from .._windows import sample_windows
 from . import _ranks
 from ._graphs import BatchGraphs
 
@@ -242,9 +241,21 @@ class WindowSampler:
             [plan["tolerance"] for plan in plans],
             edge,
         )
+        self._check_window_args()
         self._graphs = (
             BatchGraphs(self._batch, self._anchors, graph_buffers) if cuda_graph else None
         )
+
+    def _check_window_args(self):
+        """Every check of the operator (modes, dtypes, devices, shapes, a build
+        with the device's kernels) runs once here, on an empty batch; the
+        batches then call it directly. Its errors say which key stream k is."""
+        nothing = torch.empty(0, dtype=torch.int64, device=self.store.device)
+        try:
+            _OPS.anchor_windows(*self._window_args, nothing, *self._window_rules)
+        except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:
+            streams = ", ".join(f"stream {k} is {key!r}" for k, key in enumerate(self.keys))
+            raise type(e)(f"WindowSampler: {e} ({streams})") from None
 
     def _key_plan(self, key, deltas, mode, interval, tolerance, edge, normalize, images):
         stream = self.store[key]
@@ -280,20 +291,6 @@ class WindowSampler:
         for what, value in (("interval_s", interval), ("tolerance_s", tolerance)):
             if value is not None and value < 0:
                 raise ValueError(f"WindowSampler: {what}[{key!r}] must be >= 0; got {value} ns")
-        # Every check of the operator (mode, dtypes, devices, shapes, a build
-        # with the device's kernels) runs once here, on an empty batch; the
-        # batches then call the operator directly.
-        sample_windows(
-            stream.values,
-            stream.times,
-            stream.offsets,
-            torch.empty(0, dtype=torch.int64, device=self.store.device),
-            torch.empty(0, len(deltas_ns), dtype=torch.int64, device=self.store.device),
-            mode,
-            interval=interval,
-            tolerance=tolerance,
-            edge_tolerance=edge,
-        )
         return {
             "deltas": torch.tensor(deltas_ns, dtype=torch.int64, device=self.store.device),
             "mode": mode,

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from ._autograd import _below_autograd, _register
+from ._autograd import _below_autograd, _register, _SingleLevelFunction
 from ._ops import _require_kernels, _tensor
 from ._windows import _WINDOW_MODES, _nanoseconds
 
@@ -142,7 +142,7 @@ def _stream_args(modes, intervals, tolerances, K):
     ]
 
 
-class _AnchorWindows(torch.autograd.Function):
+class _AnchorWindows(_SingleLevelFunction):
     # flat: K, R, then values, times, offsets, deltas (K each), anchor_offsets,
     # anchor_times, index, modes, intervals, tolerances, edge_tolerance, and
     # the R anchor_rows tables. Output: outs, pads, ages (K each), episode, rows (R).

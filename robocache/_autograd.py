@@ -16,12 +16,21 @@ import torch
 from torch._C._functorch import TransformType
 from torch._functorch.utils import enable_single_level_autograd_function
 from torch.autograd import forward_ad
+from torch.autograd.function import _SingleLevelFunction
 
 from . import _interp_grad as ig
 from ._interp_grad import Segments
 
 _LIB = torch.library.Library("robocache", "IMPL")
 _OPS = torch.ops.robocache
+
+
+def _python_any_requires_grad(*args):
+    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+
+
+# torch._C._any_requires_grad checks in C++ where torch has it (2.6 does not).
+_any_requires_grad = getattr(torch._C, "_any_requires_grad", _python_any_requires_grad)
 
 
 def _below_autograd(op, *args):
@@ -37,7 +46,7 @@ def _register(opname, function, flatten=None):
 
     def kernel(keyset, *args):
         flat = flatten(*args) if flatten else args
-        if torch.is_grad_enabled() and (torch._C._any_requires_grad(*flat) or _any_tangent(flat)):
+        if torch.is_grad_enabled() and (_any_requires_grad(*flat) or _any_tangent(flat)):
             out = _apply(function, flat)
             if hasattr(function, "unflatten_output"):  # the op's outputs from apply's flat ones
                 return function.unflatten_output(out, flat)
@@ -80,11 +89,14 @@ def _apply(function, args):
     Under torch.func the transforms have already unwrapped the tensors to
     this level by the time the Autograd key runs, so the Function records an
     ordinary single-level graph here (as a C++ autograd kernel would), rather
-    than re-entering the functorch interpreter stack."""
+    than re-entering the functorch interpreter stack. That is why the
+    operators' Functions are ``_SingleLevelFunction``s: a ``Function``'s apply
+    hands itself to functorch whenever transforms are active, which from
+    inside a kernel cannot work."""
     if torch._C._are_functorch_transforms_active():
         _refuse_nested_differentiation(function)
         with enable_single_level_autograd_function():
-            return super(torch.autograd.Function, function).apply(*args)
+            return function.apply(*args)
     return function.apply(*args)
 
 
@@ -97,9 +109,7 @@ def _defined(x):
 # ---------------------------------------------------------------------------
 
 
-class _Resample(torch.autograd.Function):
-    generate_vmap_rule = True
-
+class _Resample(_SingleLevelFunction):
     @staticmethod
     def forward(values, times, query_times, lengths, mode):
         return _below_autograd(_OPS.resample, values, times, query_times, lengths, mode)
@@ -151,9 +161,7 @@ def _stream_tangent(values, times, query_times, lengths, mode, values_t, times_t
     return out
 
 
-class _ResampleBackward(torch.autograd.Function):
-    generate_vmap_rule = True
-
+class _ResampleBackward(_SingleLevelFunction):
     @staticmethod
     def forward(grad_out, values, times, query_times, lengths, mode, values_grad, query_grad):
         return _below_autograd(
@@ -297,9 +305,7 @@ def _fuse_split(lengths, modes, K):
     return rows, names
 
 
-class _Fuse(torch.autograd.Function):
-    generate_vmap_rule = True
-
+class _Fuse(_SingleLevelFunction):
     @staticmethod
     def forward(K, *flat):
         values, times = list(flat[:K]), list(flat[K : 2 * K])
@@ -375,9 +381,7 @@ class _Fuse(torch.autograd.Function):
         return torch.cat(parts, dim=-1)
 
 
-class _FuseBackward(torch.autograd.Function):
-    generate_vmap_rule = True
-
+class _FuseBackward(_SingleLevelFunction):
     @staticmethod
     def forward(K, grad_out, *flat):
         values, times = list(flat[:K]), list(flat[K : 2 * K])
@@ -495,9 +499,7 @@ def _flatten_fuse_backward(
 # ---------------------------------------------------------------------------
 
 
-class _Voxelize(torch.autograd.Function):
-    generate_vmap_rule = True
-
+class _Voxelize(_SingleLevelFunction):
     @staticmethod
     def forward(
         points, features, lengths, grid_size, voxel_size, origin, reduce, voxel_t, origin_t
@@ -566,9 +568,7 @@ class _Voxelize(torch.autograd.Function):
         )
 
 
-class _VoxelizeBackward(torch.autograd.Function):
-    generate_vmap_rule = True
-
+class _VoxelizeBackward(_SingleLevelFunction):
     @staticmethod
     def forward(
         grad,

@@ -9,7 +9,7 @@ import numbers
 
 import torch
 
-from ._autograd import _below_autograd, _register
+from ._autograd import _below_autograd, _register, _SingleLevelFunction
 from ._ops import _require_kernels, _tensor
 
 _OPS = torch.ops.robocache
@@ -99,9 +99,7 @@ def sample_windows(
     return out.reshape(*out.shape[:2], *shape), is_pad, age
 
 
-class _SampleWindows(torch.autograd.Function):
-    generate_vmap_rule = True
-
+class _SampleWindows(_SingleLevelFunction):
     @staticmethod
     def forward(values, times, offsets, episode, query_times, mode, interval, tol, edge_tol):
         return _below_autograd(
@@ -149,9 +147,7 @@ class _SampleWindows(torch.autograd.Function):
         return out_t, None, None
 
 
-class _SampleWindowsBackward(torch.autograd.Function):
-    generate_vmap_rule = True
-
+class _SampleWindowsBackward(_SingleLevelFunction):
     @staticmethod
     def forward(grad, times, offsets, episode, query_times, mode, interval, tol, edge_tol, n):
         return _below_autograd(

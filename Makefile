@@ -20,7 +20,15 @@ CUDA_ARCHS ?= 8.0;9.0;10.0+PTX
 
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f 2>/dev/null)
 
-.PHONY: demo test build bench lint format cuda-build-check cuda-wheel wheel wheel-test clean FORCE
+# A build shows its progress: pip's whole output goes to the log named, and
+# each compile step ninja finishes is printed as "[done/total]"; on failure
+# the log's end is shown.
+SHELL := bash
+.SHELLFLAGS := -o pipefail -c
+progress = 2>&1 | tee $(1) | awk '$$1 ~ /^\[[0-9]+\/[0-9]+\]$$/ { print "  compiled", $$1; fflush() }' \
+	|| { tail -40 $(1); echo "the build failed; its log: $(1)"; exit 1; }
+
+.PHONY: demo test build bench lint format cuda-build-check cuda-wheel wheel wheel-test test-pinned clean FORCE
 
 demo: $(VENV)/.built
 	$(PY) examples/demo.py
@@ -67,13 +75,13 @@ $(VENV)/.deps: $(VENV)/.torch
 
 $(VENV)/.built: $(VENV)/.deps $(SOURCES)
 	@echo "building robocache's library against $$($(PY) -c 'import torch; print(torch.__version__)') (a minute or more; MAX_JOBS=$(MAX_JOBS))"
-	MAX_JOBS=$(MAX_JOBS) $(PY) -m pip install -q --no-build-isolation --no-deps -e .
+	@mkdir -p build
+	MAX_JOBS=$(MAX_JOBS) $(PY) -m pip install -v --no-build-isolation --no-deps -e . $(call progress,build/build.log)
 	touch $@
 
 $(CUDA_VENV)/.deps:
 	$(PYTHON) -m venv $(CUDA_VENV)
 	$(CUDA_VENV)/bin/python -m pip install -q "$(CUDA_TORCH)" ninja numpy setuptools wheel
-	$(CUDA_VENV)/bin/python -m pip install -q --no-deps nvidia-cutlass
 	touch $@
 
 # Compiles every CUDA source (for $(CUDA_ARCHS)) and checks that the library
@@ -92,7 +100,8 @@ cuda-build-check: $(CUDA_VENV)/.deps
 wheel: $(VENV)/.deps
 	rm -rf dist
 	@echo "building a robocache wheel against $$($(PY) -c 'import torch; print(torch.__version__)') (a few minutes)"
-	TORCH_CUDA_ARCH_LIST="$(CUDA_ARCHS)" MAX_JOBS=$(MAX_JOBS) $(PY) -m pip wheel -q --no-build-isolation --no-deps -w dist .
+	@mkdir -p build
+	TORCH_CUDA_ARCH_LIST="$(CUDA_ARCHS)" MAX_JOBS=$(MAX_JOBS) $(PY) -m pip wheel -v --no-build-isolation --no-deps -w dist . $(call progress,build/wheel.log)
 	@ls -l dist/*.whl
 
 # The wheel as a user gets it: installed into a new venv, the suite run against
@@ -105,6 +114,24 @@ wheel-test: wheel
 	$(WHEEL_VENV)/bin/python -m pip install -q dist/*.whl
 	cd $(WHEEL_VENV) && bin/python -c "import robocache; assert 'site-packages' in robocache.__file__, robocache.__file__; print('testing', robocache.__file__, robocache.__version__)"
 	cd $(WHEEL_VENV) && bin/python -m pytest $(abspath tests) -q -p no:cacheprovider
+
+# The suite against another torch and other dependency versions (CI: the
+# oldest supported, PINS=.ci/oldest.txt, and the newest torch available,
+# PINS=.ci/newest.txt): PINS constrains what a new venv installs, the CPU and
+# Meta kernels are built from a copy of the tracked files and installed
+# there, and the suite runs against the installed package.
+PINS ?= .ci/oldest.txt
+PINNED := build/pinned-$(basename $(notdir $(PINS)))
+test-pinned:
+	rm -rf $(PINNED) && mkdir -p $(PINNED)/src
+	git ls-files -z | xargs -0 cp --parents -t $(PINNED)/src
+	$(PYTHON) -m venv $(PINNED)/venv
+	$(PINNED)/venv/bin/python -m pip install -q -c $(PINS) torch ninja setuptools wheel $(TEST_DEPS)
+	@echo "building robocache's CPU library against $$($(PINNED)/venv/bin/python -c 'import torch; print(torch.__version__)') ($(PINS))"
+	cd $(PINNED)/src && PATH="$(abspath $(PINNED))/venv/bin:$$PATH" FORCE_CPU=1 MAX_JOBS=$(MAX_JOBS) \
+	  ../venv/bin/python -m pip install -v --no-build-isolation --no-deps . $(call progress,../build.log)
+	$(PINNED)/venv/bin/python -m pip list --format=freeze | grep -iE '^(torch|numpy|pyarrow|av|h5py|zarr|rosbags|mcap)==' | tr '\n' ' '; echo
+	cd $(PINNED)/venv && bin/python -m pytest $(abspath tests) -q -p no:cacheprovider
 
 # The CUDA wheel (CI, no GPU needed): every CUDA source compiled for
 # $(CUDA_WHEEL_ARCHS) (machine code for each, PTX for the newest), built from a
@@ -120,7 +147,7 @@ cuda-wheel: $(CUDA_VENV)/.deps
 	cd build/cuda-src && PATH="$(abspath $(CUDA_VENV))/bin:$(CUDA_HOME)/bin:$$PATH" FORCE_CUDA=1 CUDA_HOME="$(CUDA_HOME)" \
 	  CPATH="$$($(abspath $(CUDA_VENV))/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13/include" \
 	  TORCH_CUDA_ARCH_LIST="$(CUDA_WHEEL_ARCHS)" MAX_JOBS=$(MAX_JOBS) \
-	  $(abspath $(CUDA_VENV))/bin/python -m pip wheel -q --no-build-isolation --no-deps -w $(abspath dist-cuda) .
+	  $(abspath $(CUDA_VENV))/bin/python -m pip wheel -v --no-build-isolation --no-deps -w $(abspath dist-cuda) . $(call progress,../cuda-wheel.log)
 	cd build/cuda-wheel && unzip -q $(abspath dist-cuda)/*.whl
 	$(CUDA_VENV)/bin/python .ci/check_cuda_build.py build/cuda-wheel
 	@if [ -x "$(CUDA_HOME)/bin/cuobjdump" ]; then \

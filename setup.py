@@ -7,8 +7,10 @@ FORCE_CPU=1 skips CUDA even where it is available.
 Environment:
   TORCH_CUDA_ARCH_LIST  target GPUs (default "8.0;9.0;10.0+PTX": A100, H100/H200,
                         B200, and PTX that newer GPUs compile at load)
-  CUTLASS_INCLUDE_DIR   CUTLASS/CuTe headers; default: the installed
-                        nvidia-cutlass package
+  CUTLASS_INCLUDE_DIR   CUTLASS/CuTe headers; default: an installed
+                        nvidia-cutlass package, else the headers of
+                        CUTLASS_REQUIREMENT, which the build fetches with pip
+                        into build/ (once)
   MAX_JOBS              parallel compile jobs (ninja)
 
 Install with ``pip install --no-build-isolation .`` into an environment that
@@ -22,6 +24,12 @@ refused the same way (ROBOCACHE_ALLOW_ISOLATED_BUILD=1 allows it).
 
 import glob
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from importlib import metadata
 
 try:
     import torch
@@ -37,6 +45,13 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_ARCHS = "8.0;9.0;10.0+PTX"
 # The folders pip and pypa/build make their isolated build environments in.
 ISOLATED_BUILD_MARKERS = ("pip-build-env-", "build-env-")
+# A CUDA build's one build dependency besides torch: the CUTLASS headers of this
+# release of the nvidia-cutlass package (fetched by the build when not installed).
+CUTLASS_REQUIREMENT = "nvidia-cutlass==4.2.0.0"
+CUTLASS_HEADERS_IN_WHEEL = "cutlass_library/source/include"
+# What the package needs besides its torch; the lower bounds are the versions
+# CI's oldest leg tests (.ci/oldest.txt).
+RUNTIME_REQUIREMENTS = ["numpy>=1.26.4", "safetensors>=0.4.3", "tqdm>=4.66.1"]
 
 
 def _refuse_isolated_build():
@@ -72,21 +87,57 @@ def _with_cuda():
 
 
 def _cutlass_include():
+    """The CUTLASS headers: CUTLASS_INCLUDE_DIR, else an installed nvidia-cutlass,
+    else CUTLASS_REQUIREMENT's headers, fetched once into build/."""
     path = os.environ.get("CUTLASS_INCLUDE_DIR")
     if not path:
-        from importlib import metadata
-
         try:
             dist = metadata.distribution("nvidia-cutlass")
+            path = str(dist.locate_file(CUTLASS_HEADERS_IN_WHEEL))
         except metadata.PackageNotFoundError:
-            raise RuntimeError(
-                "robocache's CUDA kernels use CUTLASS headers: "
-                "`pip install --no-deps nvidia-cutlass`, or set CUTLASS_INCLUDE_DIR"
-            ) from None
-        path = str(dist.locate_file("cutlass_library/source/include"))
+            path = _fetched_cutlass_include()
     if not os.path.exists(os.path.join(path, "cutlass", "numeric_conversion.h")):
         raise RuntimeError(f"no CUTLASS headers under {path} (cutlass/numeric_conversion.h)")
     return path
+
+
+def _fetched_cutlass_include():
+    """Downloads the CUTLASS_REQUIREMENT wheel with pip (the user's index
+    settings apply) and unpacks its headers only, into build/cutlass/."""
+    version = CUTLASS_REQUIREMENT.split("==")[1]
+    dest = os.path.join(ROOT, "build", f"cutlass-{version}")
+    include = os.path.join(dest, "include")
+    if os.path.exists(os.path.join(include, "cutlass", "numeric_conversion.h")):
+        return include
+    print(
+        f"robocache: fetching the CUTLASS headers ({CUTLASS_REQUIREMENT}) into {dest}", flush=True
+    )
+    with tempfile.TemporaryDirectory() as download:
+        command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
+        command += ["--only-binary=:all:", "-d", download, CUTLASS_REQUIREMENT]
+        result = subprocess.run(command, capture_output=True, text=True)
+        wheels = [f for f in os.listdir(download) if f.endswith(".whl")]
+        if result.returncode != 0 or len(wheels) != 1:
+            said = (result.stderr or result.stdout).strip().splitlines()
+            raise RuntimeError(
+                f"robocache's CUDA kernels compile with the CUTLASS headers of {CUTLASS_REQUIREMENT}, "
+                f"and fetching them with pip failed ({said[-1] if said else 'no wheel'}). "
+                f"Install them (pip install --no-deps {CUTLASS_REQUIREMENT}) or set "
+                "CUTLASS_INCLUDE_DIR to a CUTLASS include folder, then build again."
+            )
+        prefix = CUTLASS_HEADERS_IN_WHEEL + "/"
+        unpacking = dest + ".partial"
+        with zipfile.ZipFile(os.path.join(download, wheels[0])) as wheel:
+            for member in wheel.namelist():
+                if member.startswith(prefix) and not member.endswith("/"):
+                    target = os.path.join(unpacking, "include", member[len(prefix) :])
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    with wheel.open(member) as src, open(target, "wb") as out:
+                        out.write(src.read())
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(unpacking, dest)
+    return include
 
 
 class BuildExt(BuildExtension):
@@ -162,7 +213,7 @@ setup(
     version=_version(WITH_CUDA),
     # The library runs only with the torch it was compiled against: pin it
     # (a public version, so 2.13.0 matches 2.13.0+cpu).
-    install_requires=[f"torch=={torch.__version__.split('+')[0]}", "numpy", "safetensors", "tqdm"],
+    install_requires=[f"torch=={torch.__version__.split('+')[0]}", *RUNTIME_REQUIREMENTS],
     packages=find_packages(include=["robocache", "robocache.*"]),
     ext_modules=[_extension(WITH_CUDA)],
     cmdclass={"build_ext": BuildExt},

@@ -19,11 +19,16 @@ the state, a 16-step action chunk.
 
 Pipelines (same data, same model, same run):
   lerobot-like  a per-sample Dataset doing what LeRobotDataset does, restated
-                here (lerobot itself is not installed): delta_timestamps
+                here (it needs no lerobot): delta_timestamps
                 windows from the in-memory tables, each camera's frames
                 decoded per sample with PyAV (open, seek, decode forward), as
                 float CHW, behind a DataLoader (pinned memory, persistent
                 workers, prefetch 4);
+  lerobot       the lerobot package's own LeRobotDataset (its pyav backend)
+                with the same windows, behind the same DataLoader; measured
+                after the others (importing lerobot adds to this process's
+                memory), and only where lerobot imports (skipped, saying
+                why, elsewhere);
   ram           every decoded frame in host RAM, per-sample windows behind
                 the same DataLoader (robomimic's and Diffusion Policy's
                 cache-in-RAM path); uint8 frames made float on the GPU;
@@ -53,6 +58,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -141,6 +147,40 @@ class PerSampleLeRobot(torch.utils.data.Dataset):
             times = [self.video_start[cam][e] + (r - self.start[e]) / FPS for r in rows]
             item[cam], item[f"{cam}_is_pad"] = self._decode(self.videos[cam], times), pad
         return item
+
+
+class RealLeRobot(torch.utils.data.Dataset):
+    """The lerobot package's own LeRobotDataset on `root`: the same windows,
+    decoded by its pyav backend; each item cut to the keys PerSampleLeRobot
+    gives (the policy's), since the rest (the task string among them) does
+    not batch onto the GPU."""
+
+    def __init__(self, root):
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+        self.dataset = LeRobotDataset(
+            "local/e2e", root=root, delta_timestamps=DELTAS, video_backend="pyav"
+        )
+        self.keys = [*DELTAS, *(f"{key}_is_pad" for key in DELTAS)]
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        item = self.dataset[i]
+        return {key: item[key] for key in self.keys}
+
+
+def why_lerobot_does_not_import():
+    """None where lerobot's LeRobotDataset imports, else the error's last
+    line. Tried in a child process: importing it here would add its modules
+    (some 200 MB) to the host memory of every pipeline measured after."""
+    child = subprocess.run(
+        [sys.executable, "-c", "import lerobot.datasets.lerobot_dataset"],
+        capture_output=True,
+        text=True,
+    )
+    return None if child.returncode == 0 else (child.stderr.strip().splitlines() or ["?"])[-1]
 
 
 def build_store(args, root, say):
@@ -403,7 +443,7 @@ def main(argv=None):
     parser.add_argument("--size", type=int, default=96)
     parser.add_argument("--batch-size", type=int, default=64, help="per rank")
     parser.add_argument("--workers", default="4,8,16")
-    parser.add_argument("--pipelines", default="lerobot-like,ram,robocache")
+    parser.add_argument("--pipelines", default="lerobot-like,lerobot,ram,robocache")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30, help="timed steps, three times")
     parser.add_argument(
@@ -544,6 +584,21 @@ def run(args, ranks, parser):
                         ),  # fmt: skip
                     )
                 )
+        # The lerobot pipeline comes last: its first case imports lerobot into
+        # this process, for good.
+        if "lerobot" in pipelines and not mcap:
+            why_not = why_lerobot_does_not_import()
+            if why_not:
+                say(f"lerobot pipeline skipped: lerobot does not import ({why_not})")
+            else:
+                cases += [
+                    (
+                        f"lerobot, {w} workers",
+                        w,
+                        lambda w=w: loader_batches(RealLeRobot(root), w, args.batch_size, device),
+                    )
+                    for w in workers
+                ]
         for name, case_workers, make in cases:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -691,14 +746,14 @@ def markdown(rows, meta):
             f"{gib(r.get('gpu_peak_bytes'))} |"
         )
     ours = next((r for r in rows if r["pipeline"].startswith("robocache")), None)
-    theirs = [r for r in rows if r["pipeline"].startswith("lerobot-like")]
+    theirs = [r for r in rows if r["pipeline"].startswith(("lerobot-like", "lerobot,"))]
     if ours and theirs:
         best = max(theirs, key=lambda r: r["data_path_samples_per_s"])
         ratio = ours["data_path_samples_per_s"] / best["data_path_samples_per_s"]
         lines += [
             "",
             f"Data path alone: robocache gives {ratio:.0f}x the samples/s of the best "
-            f"lerobot-like loader ({best['pipeline']}).",
+            f"LeRobot loader ({best['pipeline']}).",
         ]
     return "\n".join(lines) + "\n"
 

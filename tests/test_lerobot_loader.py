@@ -128,6 +128,7 @@ def write_lerobot(
         "codebase_version": "v3.0",
         "fps": FPS,
         "total_episodes": len(lengths),
+        "total_tasks": len(tasks),
         "total_frames": n,
         "chunks_size": 1000,
         "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",

@@ -96,7 +96,7 @@ def test_e2e_benchmark_runs_small(tmp_path):
     out = tmp_path / "rows.json"
     r = _run(
         "e2e.py", "--small", "--device", "cpu", "--policy", "small", "--workers", "0",
-        "--json", str(out), "--md", str(tmp_path / "table.md"),
+        "--blocks", "2", "--json", str(out), "--md", str(tmp_path / "table.md"),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     rows = json.loads(out.read_text())["rows"]
@@ -108,6 +108,12 @@ def test_e2e_benchmark_runs_small(tmp_path):
     ]
     assert all(row["step_s"] > 0 and row["efficiency"] > 0 for row in rows)
     assert "| robocache |" in (tmp_path / "table.md").read_text()
+
+
+def test_e2e_benchmark_refuses_no_blocks():
+    r = _run("e2e.py", "--small", "--device", "cpu", "--blocks", "0")
+    assert r.returncode == 2
+    assert "--blocks must be >= 1; got 0" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_e2e_benchmark_runs_under_torchrun_with_two_ranks(tmp_path):

@@ -65,8 +65,9 @@ $(VENV)/.torch: FORCE
 	@mkdir -p $(VENV)
 	@echo '$(TORCH)' | cmp -s - $@ || echo '$(TORCH)' > $@
 
-# What the tests need besides torch (the loaders' libraries included).
-TEST_DEPS := pytest expecttest numpy safetensors tqdm h5py "zarr>=3" pyarrow av tfrecord pillow rosbags mcap mcap-protobuf-support matplotlib
+# What the tests need besides torch, the loaders' libraries included:
+# pyproject.toml's `test` extra, read from there (one list), quoted for the shell.
+TEST_DEPS := $(shell $(PYTHON) -c 'import tomllib; print(" ".join(chr(39) + r + chr(39) for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["test"]))')
 
 $(VENV)/.deps: $(VENV)/.torch
 	$(PYTHON) -m venv $(VENV)

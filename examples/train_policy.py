@@ -11,6 +11,7 @@ same number of batches an epoch; rank 0 prints each rank's count and the loss.
 """
 
 import argparse
+import gc
 import os
 
 import torch
@@ -77,6 +78,18 @@ def main(argv=None):
     else:
         device = torch.device("cpu")
 
+    train(args, rank, world_size, device, distributed)
+    if distributed:
+        # Only now, with the DDP model (whose reducer holds the process group)
+        # gone and collected: gloo can hang a rank at exit otherwise.
+        gc.collect()
+        dist.barrier()  # no rank tears down while another still talks to it
+        dist.destroy_process_group()
+    return 0
+
+
+def train(args, rank, world_size, device, distributed):
+    """The epochs of training, rank 0 printing each epoch's batch counts and loss."""
     shard = None if args.replicate or world_size == 1 else (rank, world_size)
     store = EpisodeStore.load(args.store, device=device, shard=shard)
     deltas = {"observation.state": [-1 / FPS, 0.0], "action": [k / FPS for k in range(8)]}
@@ -115,10 +128,6 @@ def main(argv=None):
         if rank == 0:
             mean = total.item() / max(1, batches * world_size)
             print(f"epoch {epoch}: batches per rank {counts.tolist()}, mean loss {mean:.4f}")
-    if distributed:
-        dist.barrier()  # no rank tears down while another still talks to it
-        dist.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":

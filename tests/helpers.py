@@ -1,6 +1,33 @@
-"""Random inputs for the tests: fresh on every call, never zeros."""
+"""Random inputs for the tests: fresh on every call, never zeros; and
+`run_session`, for commands that start processes of their own."""
+
+import os
+import signal
+import subprocess
 
 import torch
+
+
+def run_session(command, timeout, **kwargs):
+    """subprocess.run for a command that starts processes of its own (torchrun
+    and its ranks): it runs in a session of its own, and at the timeout the
+    whole session is killed (a rank left alive would hold the output pipes
+    open, and the wait would never end), then TimeoutExpired is raised."""
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kwargs,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def sorted_times(B, S, dtype=torch.float64, device="cpu", shared=False, start=0.0, span=10.0):

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from helpers import run_session
 
 import robocache
 
@@ -124,7 +125,7 @@ def test_e2e_benchmark_runs_under_torchrun_with_two_ranks(tmp_path):
         "--data", str(tmp_path / "data"), "--json", str(out),
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    r = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    r = run_session(command, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["world_size"] == 2

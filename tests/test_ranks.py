@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from helpers import run_session
 
 from robocache.data import EpisodeStore, WindowSampler
 from robocache.data.shards import shard_ranges
@@ -184,7 +185,7 @@ def test_ddp_training_under_torchrun_finishes_with_equal_batches(tmp_path, world
     ] + (["--replicate"] if replicate else [])
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["CUDA_VISIBLE_DEVICES"] = ""  # gloo on the CPU, also on a GPU machine
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    result = run_session(command, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("epoch")]
     assert len(lines) == 2

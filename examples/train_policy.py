@@ -13,6 +13,7 @@ same number of batches an epoch; rank 0 prints each rank's count and the loss.
 import argparse
 import gc
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -85,6 +86,12 @@ def main(argv=None):
         gc.collect()
         dist.barrier()  # no rank tears down while another still talks to it
         dist.destroy_process_group()
+        # torch 2.6's gloo can leave a thread spinning through interpreter
+        # finalization (seen in CI: both ranks at full CPU, no Python frame
+        # left); the work is done and flushed, so the rank ends here.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

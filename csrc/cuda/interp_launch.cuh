@@ -115,22 +115,26 @@ void for_each_launch(const InterpInputs& in, const std::vector<int64_t>& cols, i
 //  - several streams (fuse): a whole block shares a tile, so that the
 //    searches of every stream and the rows of a few wide queries spread over
 //    256 threads;
-//  - one stream: four tiles of 64 threads a block, each of up to 256 queries
-//    (up to four searches a thread), so that the tiles of a block search at
-//    different times and each search phase is amortized over many rows.
-// Fewer queries a tile when the launch would have fewer than 8 tiles for
-// each multiprocessor, or a thread more than `items` output vectors.
+//  - one stream: two tiles of 128 threads a block, each of up to 128 queries
+//    (one search a thread), so that the two tiles of a block search at
+//    different times; more queries a thread made each search phase longer
+//    than the streaming it hides behind.
+// Fewer queries a tile when the launch would have fewer blocks than
+// `min_blocks` for each multiprocessor (2 for one stream, 8 for several), or
+// a thread more than `items` output vectors.
 struct ForwardTile {
   int threads, queries;
 };
 
 inline ForwardTile forward_tile(int64_t n, int64_t vectors_per_query, int K) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  ForwardTile t{K == 1 ? 64 : kThreads, 256};
+  ForwardTile t = K == 1 ? ForwardTile{128, 128} : ForwardTile{kThreads, 256};
   const int64_t items = K == 1 ? 128 : 16;
+  const int64_t tiles_per_block = kThreads / t.threads, min_blocks = K == 1 ? 2 : 8;
   while (t.queries > kWarpLanes &&
-         (t.queries * vectors_per_query > items * t.threads || n < t.queries * sms * 8 ||
-          (kThreads / t.threads) * t.queries * K > kMaxPairs)) {
+         (t.queries * vectors_per_query > items * t.threads ||
+          n < t.queries * tiles_per_block * sms * min_blocks ||
+          tiles_per_block * t.queries * K > kMaxPairs)) {
     t.queries >>= 1;
   }
   return t;

@@ -814,6 +814,37 @@ def test_query_order_and_repeated_times_on_long_rows(device, order, mode):
 
 
 @requires_cuda
+@pytest.mark.parametrize("S", [1024, 1025, 2048, 2049, 5000])
+@pytest.mark.parametrize("tdtype", [torch.float32, torch.float64, torch.int64])
+def test_cuda_forward_long_rows(S, tdtype):
+    """The CUDA forward's warp pivot search on rows of thousands of samples
+    (each pivot bracket then spans many samples), with 4- and 8-byte times:
+    lengths that shorten rows, queries in and out of order, on knots, before
+    and after the row, and NaN."""
+    B, T, D = 4, 700, 4
+    if tdtype == torch.int64:
+        times = torch.sort(torch.randint(0, 4 * S, (B, S), device="cuda"), dim=1).values
+        query = torch.randint(-10, 4 * S + 10, (B, T), device="cuda")
+    else:
+        times = sorted_times(B, S, tdtype, "cuda")
+        query = query_times(B, T, tdtype, "cuda")
+        query[:, ::37] = float("nan")
+    query[:, ::11] = times[:, 5:6]  # on a knot
+    query[1] = torch.sort(query[1]).values
+    values = torch.randn(B, S, D, device="cuda")
+    lengths = torch.tensor([S, 1024, 1025, min(S, 2049)], device="cuda").clamp(max=S)
+    for mode in MODES:
+        for lens in (None, lengths):
+            assert_close(
+                robocache.resample(values, times, query, lens, mode).double(),
+                ref64(values, times, query, lens, mode),
+                rtol=1e-5,
+                atol=1e-5,
+                equal_nan=True,
+            )
+
+
+@requires_cuda
 @pytest.mark.parametrize("n", [1000, 35_001, 70_001, 140_001, 300_007])
 @pytest.mark.parametrize(
     "D,dtype", [(4, torch.float32), (6, torch.float32), (16, torch.bfloat16), (3, torch.float64)]

@@ -131,10 +131,9 @@ inline ForwardTile forward_tile(int64_t n, int64_t vectors_per_query, int K) {
   ForwardTile t = K == 1 ? ForwardTile{128, 128} : ForwardTile{kThreads, 256};
   const int64_t items = K == 1 ? 128 : 16;
   const int64_t tiles_per_block = kThreads / t.threads, min_blocks = K == 1 ? 2 : 8;
-  while (t.queries > kWarpLanes &&
-         (t.queries * vectors_per_query > items * t.threads ||
-          n < t.queries * tiles_per_block * sms * min_blocks ||
-          tiles_per_block * t.queries * K > kMaxPairs)) {
+  while (t.queries > kWarpLanes && (t.queries * vectors_per_query > items * t.threads ||
+                                    n < t.queries * tiles_per_block * sms * min_blocks ||
+                                    tiles_per_block * t.queries * K > kMaxPairs)) {
     t.queries >>= 1;
   }
   return t;

@@ -119,9 +119,10 @@ void for_each_launch(const InterpInputs& in, const std::vector<int64_t>& cols, i
 //    (one search a thread), so that the two tiles of a block search at
 //    different times; more queries a thread made each search phase longer
 //    than the streaming it hides behind.
-// Fewer queries a tile when the launch would have fewer blocks than
-// `min_blocks` for each multiprocessor (2 for one stream, 8 for several), or
-// a thread more than `items` output vectors.
+// Fewer queries a tile when the launch would have fewer than `min_blocks`
+// blocks for each multiprocessor, or a thread more than `items` output
+// vectors. With several streams too, fewer and fuller blocks won over
+// 32-query tiles (docs/performance.md).
 struct ForwardTile {
   int threads, queries;
 };
@@ -129,8 +130,8 @@ struct ForwardTile {
 inline ForwardTile forward_tile(int64_t n, int64_t vectors_per_query, int K) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   ForwardTile t = K == 1 ? ForwardTile{128, 128} : ForwardTile{kThreads, 256};
-  const int64_t items = K == 1 ? 128 : 16;
-  const int64_t tiles_per_block = kThreads / t.threads, min_blocks = K == 1 ? 2 : 8;
+  const int64_t items = 128;
+  const int64_t tiles_per_block = kThreads / t.threads, min_blocks = 2;
   while (t.queries > kWarpLanes && (t.queries * vectors_per_query > items * t.threads ||
                                     n < t.queries * tiles_per_block * sms * min_blocks ||
                                     tiles_per_block * t.queries * K > kMaxPairs)) {

@@ -38,6 +38,7 @@ except ImportError:  # pip's isolated build: pyproject.toml does not ask for tor
         "robocache compiles against the torch it will run with, and this build sees no torch: "
         "install torch first, then build with: pip install --no-build-isolation ."
     ) from None
+import setuptools
 from setuptools import find_packages, setup
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
@@ -52,6 +53,10 @@ CUTLASS_HEADERS_IN_WHEEL = "cutlass_library/source/include"
 # What the package needs besides its torch; the lower bounds are the versions
 # CI's oldest leg tests (.ci/oldest.txt).
 RUNTIME_REQUIREMENTS = ["numpy>=1.26.4", "safetensors>=0.4.3", "tqdm>=4.66.1"]
+# pyproject.toml names the license as an SPDX expression, which setuptools
+# reads from this release on; a build without isolation uses whichever
+# setuptools is installed, so this file checks it (the oldest CI leg installs it).
+SETUPTOOLS_MINIMUM = "77.0.3"
 
 
 def _refuse_isolated_build():
@@ -66,6 +71,18 @@ def _refuse_isolated_build():
             "not yours; the package would then pin that torch and replace your own. "
             "Install torch first, then: pip install --no-build-isolation . "
             "(set ROBOCACHE_ALLOW_ISOLATED_BUILD=1 to build in isolation anyway)"
+        )
+
+
+def _refuse_old_setuptools():
+    def release(version):
+        return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
+
+    if release(setuptools.__version__) < release(SETUPTOOLS_MINIMUM):
+        raise SystemExit(
+            f"robocache's build needs setuptools>={SETUPTOOLS_MINIMUM} (pyproject.toml names its "
+            f"license as an SPDX expression), and this environment has setuptools "
+            f"{setuptools.__version__}: pip install -U setuptools"
         )
 
 
@@ -207,6 +224,7 @@ def _version(with_cuda):
 
 
 _refuse_isolated_build()
+_refuse_old_setuptools()
 WITH_CUDA = _with_cuda()
 
 setup(

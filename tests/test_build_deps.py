@@ -124,6 +124,44 @@ def test_the_declared_lower_bounds_are_what_the_oldest_ci_leg_installs():
             name, version = line.split("==")
             pins[name.lower()] = version
     torch_pin = pins.pop("torch")
+    setuptools_pin = pins.pop("setuptools")
     assert pins == declared
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        build_requires = tomllib.load(f)["build-system"]["requires"]
+    assert f"setuptools>={setuptools_pin}" in build_requires
+    assert f'SETUPTOOLS_MINIMUM = "{setuptools_pin}"' in open(os.path.join(ROOT, "setup.py")).read()
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert f"torch {torch_pin}" in readme
+
+
+# Runs setup.py as a build would, with setuptools claiming the version in
+# argv[1] and setup() stubbed out.
+OLD_SETUPTOOLS = """
+import runpy, sys, setuptools
+setuptools.__version__ = sys.argv[1]
+setuptools.setup = lambda **kwargs: print("SETUP")
+runpy.run_path("setup.py")
+"""
+
+
+def test_a_build_with_too_old_a_setuptools_says_what_to_do():
+    env = dict(os.environ, FORCE_CPU="1")
+
+    def build(version):
+        return subprocess.run(
+            [sys.executable, "-c", OLD_SETUPTOOLS, version],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    old = build("69.5.1")
+    assert old.returncode == 1
+    assert "needs setuptools>=77.0.3" in old.stderr
+    assert "setuptools 69.5.1: pip install -U setuptools" in old.stderr
+    assert "SETUP" not in old.stdout
+    new = build("77.0.3")
+    assert new.returncode == 0, new.stderr
+    assert new.stdout.strip().endswith("SETUP")

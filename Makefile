@@ -69,9 +69,13 @@ $(VENV)/.torch: FORCE
 # pyproject.toml's `test` extra, read from there (one list), quoted for the shell.
 TEST_DEPS := $(shell $(PYTHON) -c 'import tomllib; print(" ".join(chr(39) + r + chr(39) for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["test"]))')
 
+# What a build without isolation needs besides torch: pyproject.toml's
+# build-system requires (setuptools at its lower bound or newer, wheel, ninja).
+BUILD_DEPS := $(shell $(PYTHON) -c 'import tomllib; print(" ".join(chr(39) + r + chr(39) for r in tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')
+
 $(VENV)/.deps: $(VENV)/.torch
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q "$(TORCH)" ninja $(TEST_DEPS) setuptools wheel
+	$(PY) -m pip install -q "$(TORCH)" $(BUILD_DEPS) $(TEST_DEPS)
 	touch $@
 
 $(VENV)/.built: $(VENV)/.deps $(SOURCES)
@@ -82,7 +86,7 @@ $(VENV)/.built: $(VENV)/.deps $(SOURCES)
 
 $(CUDA_VENV)/.deps:
 	$(PYTHON) -m venv $(CUDA_VENV)
-	$(CUDA_VENV)/bin/python -m pip install -q "$(CUDA_TORCH)" ninja numpy setuptools wheel
+	$(CUDA_VENV)/bin/python -m pip install -q "$(CUDA_TORCH)" $(BUILD_DEPS) numpy
 	touch $@
 
 # Compiles every CUDA source (for $(CUDA_ARCHS)) and checks that the library
@@ -127,7 +131,7 @@ test-pinned:
 	rm -rf $(PINNED) && mkdir -p $(PINNED)/src
 	git ls-files -z | xargs -0 cp --parents -t $(PINNED)/src
 	$(PYTHON) -m venv $(PINNED)/venv
-	$(PINNED)/venv/bin/python -m pip install -q -c $(PINS) torch ninja setuptools wheel $(TEST_DEPS)
+	$(PINNED)/venv/bin/python -m pip install -q -c $(PINS) torch $(BUILD_DEPS) $(TEST_DEPS)
 	@echo "building robocache's CPU library against $$($(PINNED)/venv/bin/python -c 'import torch; print(torch.__version__)') ($(PINS))"
 	cd $(PINNED)/src && PATH="$(abspath $(PINNED))/venv/bin:$$PATH" FORCE_CPU=1 MAX_JOBS=$(MAX_JOBS) \
 	  ../venv/bin/python -m pip install -v --no-build-isolation --no-deps . $(call progress,../build.log)

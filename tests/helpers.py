@@ -1,6 +1,8 @@
-"""Random inputs for the tests: fresh on every call, never zeros; and
-`run_session`, for commands that start processes of their own."""
+"""Random inputs for the tests: fresh on every call, never zeros;
+`run_session`, for commands that start processes of their own; and
+`scheduling_kept`, for code that may change the caller's CPU scheduling."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -8,17 +10,50 @@ import subprocess
 import torch
 
 
+def _scheduling():
+    return os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+
+
+@contextlib.contextmanager
+def scheduling_kept():
+    """Restores the calling thread's CPU scheduling policy on exit.
+
+    SVT-AV1's encoder, run as root, switches the thread that calls it to the
+    real-time SCHED_FIFO policy at the top priority, and every thread and
+    process started from it afterwards inherits that. A busy-waiting thread
+    under that policy is never preempted: two of them (gloo's, in two ranks)
+    then held both of a 2-core machine's cores, and nothing else ran, the
+    test's own timeout included."""
+    if not hasattr(os, "sched_getscheduler"):  # not Linux
+        yield
+        return
+    policy, priority = _scheduling()
+    try:
+        yield
+    finally:
+        if _scheduling() != (policy, priority):
+            os.sched_setscheduler(0, policy, os.sched_param(priority))
+
+
+def _normal_scheduling():
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
 def run_session(command, timeout, **kwargs):
     """subprocess.run for a command that starts processes of its own (torchrun
-    and its ranks): it runs in a session of its own, and at the timeout the
-    whole session is killed (a rank left alive would hold the output pipes
-    open, and the wait would never end), then TimeoutExpired is raised."""
+    and its ranks): it runs in a session of its own, under the normal CPU
+    scheduling policy whatever the caller's (see `scheduling_kept`), and at
+    the timeout the whole session is killed (a rank left alive would hold the
+    output pipes open, and the wait would never end), then TimeoutExpired is
+    raised."""
+    real_time = hasattr(os, "sched_getscheduler") and _scheduling()[0] != os.SCHED_OTHER
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_normal_scheduling if real_time else None,
         **kwargs,
     )
     try:

@@ -4,6 +4,7 @@ video files holding many episodes each)."""
 
 import io
 import json
+import os
 
 import av
 import numpy as np
@@ -11,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from helpers import scheduling_kept
 from PIL import Image
 
 from robocache.data import WindowSampler, load_lerobot
@@ -21,9 +23,11 @@ SIZE = (64, 64)  # (H, W); SVT-AV1 wants frames of at least 64 x 64
 
 
 def encode(path, frames, codec):
-    """As LeRobot encodes: yuv420p, a keyframe every 2 frames, crf 30."""
+    """As LeRobot encodes: yuv420p, a keyframe every 2 frames, crf 30. The
+    caller's CPU scheduling is kept (SVT-AV1, run as root, makes it real-time:
+    see helpers.scheduling_kept)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w", format="mp4") as container:
+    with scheduling_kept(), av.open(str(path), "w", format="mp4") as container:
         stream = container.add_stream(codec, rate=FPS, options={"g": "2", "crf": "30"})
         stream.height, stream.width = frames.shape[1:3]
         stream.pix_fmt = "yuv420p"
@@ -186,6 +190,19 @@ def test_round_trip(tmp_path, codec):
         ]
     # The video is lossy, but close to what was written.
     assert (video.values.float() - torch.from_numpy(written["images"]).float()).abs().mean() < 3
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="Linux scheduling policies")
+def test_encoding_av1_keeps_the_callers_cpu_scheduling(tmp_path):
+    """SVT-AV1 run as root makes its caller real-time (SCHED_FIFO); the
+    writer restores the policy, so that nothing forked after it (DataLoader
+    workers, torchrun ranks) inherits it."""
+    before = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)
+    frames = np.full((3, *SIZE, 3), 128, np.uint8)
+    encode(tmp_path / "a.mp4", frames, "libsvtav1")
+    assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == before
+    with av.open(str(tmp_path / "a.mp4")) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 3
 
 
 def test_image_features_round_trip_exactly(tmp_path):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from helpers import run_session
+from helpers import run_session, scheduling_kept
 
 from robocache.data import EpisodeStore, WindowSampler
 from robocache.data.shards import shard_ranges
@@ -192,3 +192,20 @@ def test_ddp_training_under_torchrun_finishes_with_equal_batches(tmp_path, world
     for line in lines:
         counts = line.split("batches per rank [")[1].split("]")[0].split(", ")
         assert len(counts) == world_size and len(set(counts)) == 1 and int(counts[0]) > 0
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="Linux scheduling policies")
+def test_run_session_starts_its_command_under_the_normal_scheduling_policy():
+    """Ranks that busy-wait under a real-time policy can hold every core: the
+    command's session starts under SCHED_OTHER whatever the caller runs under."""
+    with scheduling_kept():
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except PermissionError:
+            pytest.skip("this user may not take a real-time policy")
+        assert os.sched_getscheduler(0) == os.SCHED_FIFO
+        probe = "import os; print(os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)"
+        result = run_session([sys.executable, "-c", probe], timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(os.SCHED_OTHER), "0"]
+    assert os.sched_getscheduler(0) != os.SCHED_FIFO  # restored

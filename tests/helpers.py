@@ -46,7 +46,10 @@ def run_session(command, timeout, **kwargs):
     the timeout the whole session is killed (a rank left alive would hold the
     output pipes open, and the wait would never end), then TimeoutExpired is
     raised."""
-    real_time = hasattr(os, "sched_getscheduler") and _scheduling()[0] != os.SCHED_OTHER
+    real_time = hasattr(os, "sched_getscheduler") and _scheduling()[0] in (
+        os.SCHED_FIFO,
+        os.SCHED_RR,
+    )
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,

@@ -65,13 +65,13 @@ $(VENV)/.torch: FORCE
 	@mkdir -p $(VENV)
 	@echo '$(TORCH)' | cmp -s - $@ || echo '$(TORCH)' > $@
 
-# What the tests need besides torch, the loaders' libraries included:
-# pyproject.toml's `test` extra, read from there (one list), quoted for the shell.
-TEST_DEPS := $(shell $(PYTHON) -c 'import tomllib; print(" ".join(chr(39) + r + chr(39) for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["test"]))')
-
-# What a build without isolation needs besides torch: pyproject.toml's
+# A list in pyproject.toml (its keys as a Python subscript), quoted for the shell.
+pyproject_list = $(shell $(PYTHON) -c 'import tomllib; print(" ".join(chr(39) + r + chr(39) for r in tomllib.load(open("pyproject.toml", "rb"))$(1)))')
+# What the tests need besides torch, the loaders' libraries included: the
+# `test` extra. What a build without isolation needs besides torch: the
 # build-system requires (setuptools at its lower bound or newer, wheel, ninja).
-BUILD_DEPS := $(shell $(PYTHON) -c 'import tomllib; print(" ".join(chr(39) + r + chr(39) for r in tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')
+TEST_DEPS := $(call pyproject_list,["project"]["optional-dependencies"]["test"])
+BUILD_DEPS := $(call pyproject_list,["build-system"]["requires"])
 
 $(VENV)/.deps: $(VENV)/.torch
 	$(PYTHON) -m venv $(VENV)

@@ -10,7 +10,8 @@ import subprocess
 import torch
 
 
-def _scheduling():
+def scheduling():
+    """The calling thread's CPU scheduling: (policy, priority)."""
     return os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
 
 
@@ -27,11 +28,11 @@ def scheduling_kept():
     if not hasattr(os, "sched_getscheduler"):  # not Linux
         yield
         return
-    policy, priority = _scheduling()
+    policy, priority = scheduling()
     try:
         yield
     finally:
-        if _scheduling() != (policy, priority):
+        if scheduling() != (policy, priority):
             os.sched_setscheduler(0, policy, os.sched_param(priority))
 
 
@@ -46,7 +47,7 @@ def run_session(command, timeout, **kwargs):
     the timeout the whole session is killed (a rank left alive would hold the
     output pipes open, and the wait would never end), then TimeoutExpired is
     raised."""
-    real_time = hasattr(os, "sched_getscheduler") and _scheduling()[0] in (
+    real_time = hasattr(os, "sched_getscheduler") and scheduling()[0] in (
         os.SCHED_FIFO,
         os.SCHED_RR,
     )

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from helpers import scheduling_kept
+from helpers import scheduling, scheduling_kept
 from PIL import Image
 
 from robocache.data import WindowSampler, load_lerobot
@@ -197,10 +197,10 @@ def test_encoding_av1_keeps_the_callers_cpu_scheduling(tmp_path):
     """SVT-AV1 run as root makes its caller real-time (SCHED_FIFO); the
     writer restores the policy, so that nothing forked after it (DataLoader
     workers, torchrun ranks) inherits it."""
-    before = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)
+    before = scheduling()
     frames = np.full((3, *SIZE, 3), 128, np.uint8)
     encode(tmp_path / "a.mp4", frames, "libsvtav1")
-    assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == before
+    assert scheduling() == before
     with av.open(str(tmp_path / "a.mp4")) as container:
         assert sum(1 for _ in container.decode(video=0)) == 3
 

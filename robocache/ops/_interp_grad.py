@@ -15,7 +15,7 @@ and dt1 the changes of the query and of the two sample times).
 
 import torch
 
-from . import reference
+from .._ops import OPS
 
 
 def batch_rows(x, B):
@@ -31,12 +31,9 @@ class Segments:
         self.B, self.S, self.D, self.T = B, S, D, query_times.shape[-1]
         self.times_shared = times.dim() == 1
         self.query_shared = query_times.dim() == 1
-        loc = reference.locate(times, query_times, lengths, S, B, mode)
-        live = (loc.i0 != loc.i1) & ~loc.nan
-        zero = torch.zeros_like(loc.w)
-        self.i0, self.i1 = loc.i0, loc.i1
-        self.w = torch.where(live, loc.w, zero)
-        self.inv_dt = torch.where(live, 1 / torch.where(live, loc.dt, zero + 1), zero)
+        self.i0, self.i1, self.w, dt = _locate(times, query_times, lengths, S, B, mode)
+        live = dt != 0
+        self.inv_dt = torch.where(live, 1 / torch.where(live, dt, torch.ones_like(dt)), dt)
 
     def rows(self, x, index):
         """Rows ``index`` (B, T) of x (B, S, D): (B, T, D)."""
@@ -146,3 +143,112 @@ def backward_tangent(seg, grad_out, values, query_t, times_t, values_grad_of_t, 
         change = tt.gather(1, seg.i1) - tt.gather(1, seg.i0)
         d_query = d_query - seg.per_query(grad_out, values) * change * seg.inv_dt
     return d_values, seg.sum_query(d_query)
+
+
+def _locate(times, query_times, lengths, S, B, mode):
+    """Where every query lands among its row's valid samples, as the operators
+    locate it: (i0, i1, w, dt), each (B, T). ``w`` and ``dt`` are 0 except
+    for a linear query strictly between two valid samples of its row: the
+    only queries whose result depends on the query and the sample times."""
+    T = query_times.shape[-1]
+    times = times.expand(B, S)
+    q = query_times.expand(B, T)
+    limit = torch.full((B, 1), S, device=times.device) if lengths is None else lengths.view(B, 1)
+    limit = limit.clamp(0, S)
+    valid = torch.arange(S, device=times.device) < limit
+    # Padding past a row's length sorts after every query.
+    top = torch.inf if times.is_floating_point() else torch.iinfo(times.dtype).max
+    k = torch.searchsorted(torch.where(valid, times, top).contiguous(), q.contiguous(), right=True)
+    k = torch.minimum(k, limit)
+    last = (limit - 1).clamp(min=0)
+    i0 = torch.minimum((k - 1).clamp(min=0), last)
+    i1 = torch.minimum(k, last)
+    wdt = torch.float32 if times.dtype == torch.float32 else torch.float64
+    zero = torch.zeros(q.shape, dtype=wdt, device=q.device)
+    live = (k > 0) & (k < limit) & (i0 != i1)
+    if q.is_floating_point():
+        live = live & ~torch.isnan(q)
+    if mode != "linear":
+        if mode == "nearest":
+            t0, t1 = times.gather(1, i0), times.gather(1, i1)
+            later = (k > 0) & (k < limit) & ((t1 - q) <= (q - t0))  # a tie goes to the later
+            i0 = torch.where(later, i1, i0)
+        return i0, i0, zero, zero
+    t0, t1 = times.gather(1, i0), times.gather(1, i1)
+    dt = torch.where(live, (t1 - t0).to(wdt), zero)
+    w = torch.where(live, (q - t0).to(wdt) / torch.where(live, dt, zero + 1), zero)
+    return i0, i1, w, dt
+
+
+def stream_tangent(values, times, query_times, lengths, mode, values_t, times_t, query_t):
+    """The forward's tangent for one stream: (B, T, D)."""
+    out = None
+    if values_t is not None:
+        out = OPS.resample(values_t, times, query_times, lengths, mode)
+    if mode == "linear" and (query_t is not None or times_t is not None):
+        seg = Segments(values, times, query_times, lengths, mode)
+        out = forward_tangent(seg, values, values_t, out, query_t, times_t)
+    if out is None:
+        out = values.new_zeros(values.shape[0], query_times.shape[-1], values.shape[-1])
+    return out
+
+
+def stream_adjoint(grad_out, values, times, query_times, lengths, mode, up_values, up_query, needs):
+    """The backward's adjoint for one stream (grad_out holds that stream's
+    columns): (d_grad_out, d_values, d_times, d_query), each None when not
+    needed or zero, except d_grad_out, which is zeros when needed."""
+    seg = None
+    if mode == "linear" and (up_query is not None or up_values is not None):
+        seg = Segments(values, times, query_times, lengths, mode)
+    resample_up = query_grad_of_up = None
+    if up_values is not None:
+        up_values = up_values.to(values.dtype)
+        if needs[0]:
+            resample_up = OPS.resample(up_values, times, query_times, lengths, mode)
+        if seg is not None:
+            query_grad_of_up = seg.per_query(grad_out, up_values)
+    d_grad, d_values, d_times, d_query = resample_up, None, None, None
+    if seg is not None:
+        d_grad, d_values, d_times, d_query = backward_adjoint(
+            seg, grad_out, values, times, up_query, resample_up, query_grad_of_up, needs
+        )
+    if needs[0]:
+        d_grad = grad_out.new_zeros(grad_out.shape) if d_grad is None else d_grad.to(grad_out.dtype)
+    if d_query is not None:
+        d_query = d_query.to(query_times.dtype)
+    return d_grad, d_values, d_times, d_query
+
+
+def stream_backward_tangent(
+    grad_out,
+    values,
+    times,
+    query_times,
+    lengths,
+    mode,
+    grad_t,
+    values_t,
+    times_t,
+    query_t,
+    values_grad,
+    query_grad,
+):
+    """Tangents of one stream's (grad_values, grad_query)."""
+    seg = Segments(values, times, query_times, lengths, mode)
+    values_grad_of_t = None
+    if grad_t is not None and values_grad:
+        values_grad_of_t = OPS._resample_backward(
+            grad_t, values, times, query_times, lengths, mode, True, False
+        )[0]
+    query_grad_of_t = None
+    if grad_t is not None:
+        query_grad_of_t = seg.per_query(grad_t, values)
+    if values_t is not None:
+        term = seg.per_query(grad_out, values_t)
+        query_grad_of_t = term if query_grad_of_t is None else query_grad_of_t + term
+    d_values, d_query = backward_tangent(
+        seg, grad_out, values, query_t, times_t, values_grad_of_t, query_grad_of_t
+    )
+    d_values = d_values.to(values.dtype) if values_grad else values.new_empty(0)
+    d_query = d_query.to(query_times.dtype) if query_grad else query_times.new_empty(0)
+    return d_values, d_query

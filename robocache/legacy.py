@@ -1,4 +1,4 @@
-"""robocache's first Python API, kept working as written.
+"""The seed API: robocache's first Python functions, kept working as written.
 
 ``resample_trajectories``, ``fuse_multimodal`` and ``voxelize_point_cloud``
 with their original argument names and ``backend=``: ``"pytorch"`` runs the
@@ -9,7 +9,8 @@ operator; ``"cuda"`` runs the operator and insists on CUDA tensors.
 import torch
 
 from . import reference
-from ._ops import fuse, is_cuda_available, resample, voxelize
+from ._ops import is_cuda_available
+from .ops import fuse, resample, voxelize
 
 _BACKENDS = (None, "auto", "robocache", "cuda", "pytorch")
 

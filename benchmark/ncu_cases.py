@@ -12,7 +12,7 @@ from kernel_times import parse_args
 
 import robocache
 from robocache.bench import resample_inputs
-from robocache.episodes import depth_camera_cloud
+from robocache.data.synthetic import depth_camera_cloud
 
 KINDS = ("resample", "fuse", "voxelize")
 

@@ -7,7 +7,7 @@ import torch
 from kernel_times import parse_args, print_kernel_times
 
 import robocache
-from robocache.episodes import depth_camera_cloud
+from robocache.data.synthetic import depth_camera_cloud
 
 
 def main(argv=None):

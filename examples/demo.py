@@ -22,7 +22,7 @@ import time
 import torch
 
 import robocache
-from robocache.episodes import depth_camera_cloud, multi_rate_episodes
+from robocache.data.synthetic import depth_camera_cloud, multi_rate_episodes
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from policy import MultiRatePolicy, example_inputs  # noqa: E402

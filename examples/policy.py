@@ -68,7 +68,7 @@ class MultiRatePolicy(nn.Module):
 
 def example_inputs(B=4, seconds=1.0, device="cpu", seed=0, points=2048):
     """Inputs for MultiRatePolicy from synthetic multi-rate episodes (float seconds)."""
-    from robocache.episodes import multi_rate_episodes
+    from robocache.data.synthetic import multi_rate_episodes
 
     streams, control_t = multi_rate_episodes(B, seconds, device=device, seed=seed, float_times=True)
     g = torch.Generator().manual_seed(seed)

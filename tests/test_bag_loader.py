@@ -8,8 +8,7 @@ import torch
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
-from robocache.data import load_bag
-from robocache.data.loaders._common import LoaderError
+from robocache.data import LoaderError, load_bag
 
 TS = get_typestore(Stores.ROS2_HUMBLE)
 T0 = 1_700_000_000 * 10**9

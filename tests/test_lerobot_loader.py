@@ -15,8 +15,7 @@ import torch
 from helpers import scheduling, scheduling_kept
 from PIL import Image
 
-from robocache.data import WindowSampler, load_lerobot
-from robocache.data.loaders._common import LoaderError
+from robocache.data import LoaderError, WindowSampler, load_lerobot
 
 FPS = 10
 SIZE = (64, 64)  # (H, W); SVT-AV1 wants frames of at least 64 x 64

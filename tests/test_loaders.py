@@ -8,8 +8,7 @@ import pytest
 import torch
 import zarr
 
-from robocache.data import EpisodeStore, load_calvin, load_robomimic, load_zarr
-from robocache.data.loaders._common import LoaderError
+from robocache.data import EpisodeStore, LoaderError, load_calvin, load_robomimic, load_zarr
 
 FPS = 20
 

@@ -22,8 +22,10 @@ from mcap.writer import Writer as JsonWriter  # noqa: E402
 from mcap_protobuf.writer import Writer as ProtobufWriter  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from robocache.data import load_mcap  # noqa: E402
-from robocache.data.loaders._common import LoaderError  # noqa: E402
+from robocache.data import (
+    LoaderError,  # noqa: E402
+    load_mcap,  # noqa: E402
+)
 
 T0 = 1_700_000_000 * 10**9
 LOG_DELAY = 2_000_000  # each message is logged 2 ms after its timestamp

@@ -10,7 +10,7 @@ import torch
 from helpers import run_session, scheduling_kept
 
 from robocache.data import EpisodeStore, WindowSampler
-from robocache.data.shards import shard_ranges
+from robocache.data.store import shard_ranges
 
 EXAMPLE = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_policy.py"

@@ -10,8 +10,7 @@ import torch
 from PIL import Image
 from tfrecord import TFRecordWriter
 
-from robocache.data import load_rlds
-from robocache.data.loaders._common import LoaderError
+from robocache.data import LoaderError, load_rlds
 
 FPS = 5
 

@@ -9,7 +9,7 @@ import torch
 
 import robocache
 from robocache import reference
-from robocache.episodes import depth_camera_cloud
+from robocache.data.synthetic import depth_camera_cloud
 
 from .timing import (
     Rotating,

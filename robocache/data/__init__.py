@@ -1,12 +1,18 @@
 """robocache.data: from a dataset to a training batch on the GPU.
 
-``EpisodeStore`` packs a dataset's episodes once (per stream: values, int64
-nanosecond times, episode offsets) and keeps them on one device;
-``WindowSampler`` cuts each batch's windows from it with
-``robocache.sample_windows``, one launch per stream, with no worker
-processes and no per-sample Python.
+- ``EpisodeStore`` (store/) packs a dataset's episodes once, per stream:
+  values, int64 nanosecond times (time.py) and episode offsets;
+- the loaders (loaders/) read each format with its own library into one;
+- ``WindowSampler`` (sampler/) cuts each batch's windows from it with one
+  ``robocache.anchor_windows`` launch, with no worker processes and no
+  per-sample Python;
+- synthetic.py makes multi-rate episodes for demos, tests and benchmarks.
+
+Nothing flows backwards: the loaders know the store, the sampler knows the
+store and the operators, and neither the store nor the operators know them.
 """
 
+from .errors import LoaderError
 from .loaders import (
     load_bag,
     load_calvin,
@@ -21,6 +27,7 @@ from .store import EpisodeStore, PackedStream
 
 __all__ = [
     "EpisodeStore",
+    "LoaderError",
     "PackedStream",
     "WindowSampler",
     "load_bag",

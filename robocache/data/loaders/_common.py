@@ -1,22 +1,24 @@
-"""What the loaders share: frame clocks, errors that name the place,
-skip_bad's report, and the timelines of logs (bags, MCAP): per-stream
+"""What the loaders share: skip_bad's report, and the timelines of logs (bags, MCAP): per-stream
 arrays, and episodes split at pauses."""
 
 import warnings
 
 import numpy as np
-import torch
+
+from ..errors import LoaderError
+from ..time import frame_times, seconds_to_ns
+
+__all__ = ["LoaderError", "frame_times", "split_gap_ns"]
 
 
-class LoaderError(ValueError):
-    """A bad file, episode or key; the message names them."""
-
-
-def frame_times(n, fps, where):
-    """int64 ns times of n frames at fps (frame k at round(k * 1e9 / fps))."""
-    if not isinstance(fps, (int, float)) or isinstance(fps, bool) or not fps > 0:
-        raise ValueError(f"{where}: fps must be a positive number; got {fps!r}")
-    return (torch.arange(n, dtype=torch.float64) * (1e9 / fps)).round().to(torch.int64)
+def split_gap_ns(split_gap_s, where):
+    """A log's split_gap_s in ns (None stays None)."""
+    if split_gap_s is None:
+        return None
+    gap = seconds_to_ns(split_gap_s, f"{where}: split_gap_s")
+    if gap <= 0:
+        raise ValueError(f"{where}: split_gap_s must be > 0; got {split_gap_s!r}")
+    return gap
 
 
 def skipping(episodes, skip_bad, what):

@@ -3,13 +3,21 @@ storage, ROS 1 ``.bag`` files): the real multi-rate case. A topic (with a
 field path) becomes a stream on its own clock: the messages' ``header.stamp``
 (acquisition time) or the log time."""
 
-import io
 from pathlib import Path
 
 import numpy as np
 
 from ..store import EpisodeStore
-from ._common import LoaderError, as_paths, field_names, log_episodes, stack_streams
+from ..time import stamp_ns
+from ._common import (
+    LoaderError,
+    as_paths,
+    field_names,
+    log_episodes,
+    split_gap_ns,
+    stack_streams,
+)
+from ._images import decode_image
 
 __all__ = ["load_bag"]
 
@@ -19,9 +27,7 @@ _IMAGE_CHANNELS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
 def _image(msg, where):
     """sensor_msgs/Image (8-bit encodings) or CompressedImage as (H, W, C) uint8."""
     if hasattr(msg, "format") and not hasattr(msg, "encoding"):  # CompressedImage
-        from PIL import Image
-
-        return np.asarray(Image.open(io.BytesIO(bytes(msg.data))).convert("RGB"))
+        return decode_image(bytes(msg.data), where)
     channels = _IMAGE_CHANNELS.get(msg.encoding)
     if channels is None:
         raise LoaderError(
@@ -48,8 +54,7 @@ def _value(msg, field, where):
 
 
 def _stamp(msg):
-    stamp = msg.header.stamp
-    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+    return stamp_ns(msg.header.stamp.sec, msg.header.stamp.nanosec)
 
 
 def load_bag(
@@ -93,7 +98,7 @@ def load_bag(
     paths = as_paths(paths)
     fields = field_names(topics)
     wanted = set(topics) | ({marker_topic} if marker_topic else set())
-    gap = None if split_gap_s is None else int(round(split_gap_s * 1e9))
+    gap = split_gap_ns(split_gap_s, "load_bag")
 
     def read(path):
         where = f"load_bag({path})"

@@ -10,24 +10,32 @@ segment from ``from_timestamp`` to ``to_timestamp``).
 
 import functools
 import glob
-import io
 import json
 import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import torch
 
 from ..store import EpisodeStore
+from ..time import times_to_ns
 from ._common import LoaderError, skipping
+from ._images import decode_images
 
 __all__ = ["load_lerobot"]
 
 _BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 
 
-def _ns(seconds):
-    return np.round(np.asarray(seconds, dtype=np.float64) * 1e9).astype(np.int64)
+def _ns(seconds, where):
+    """LeRobot's float32 seconds (and PyAV's frame times) as int64 ns: each
+    value as its float64 reading, rounded to ns."""
+    seconds = torch.from_numpy(np.asarray(seconds, dtype=np.float64))
+    try:
+        return times_to_ns(seconds, where).numpy()
+    except ValueError as e:
+        raise LoaderError(str(e)) from e
 
 
 def _column(table, name, n, shape, where):
@@ -76,34 +84,18 @@ def _decode_segment(path, start, end, where):
 
 def _decode_images(cells, shape, root, where):
     """The frames of an image feature: cells ``{"bytes", "path"}`` as the
-    parquet holds them (PNG bytes, or a path under root), decoded with PIL
-    to (n, H, W, C) uint8; ``shape`` is the feature's (H, W, C)."""
-    from PIL import Image, UnidentifiedImageError
-
-    mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(shape[-1])
-    if len(shape) != 3 or mode is None:
+    parquet holds them (PNG bytes, or a path under root), decoded to
+    (n, H, W, C) uint8; ``shape`` is the feature's (H, W, C)."""
+    if len(shape) != 3 or shape[-1] not in (1, 3, 4):
         raise LoaderError(f"{where}: an image feature's shape must be (H, W, 1|3|4); got {shape}")
-    frames = []
+    images = []
     for i, cell in enumerate(cells):
         data = cell.get("bytes") if isinstance(cell, dict) else cell
         path = cell.get("path") if isinstance(cell, dict) else None
-        try:
-            if data is not None:
-                image = Image.open(io.BytesIO(data))
-            elif path:
-                image = Image.open(os.path.join(root, path))
-            else:
-                raise LoaderError(f"{where}, frame {i}: the image has neither bytes nor a path")
-            array = np.asarray(image.convert(mode))
-        except (OSError, UnidentifiedImageError) as e:
-            raise LoaderError(f"{where}, frame {i}: cannot decode the image: {e}") from e
-        array = array.reshape(array.shape[0], array.shape[1], -1)
-        if array.shape != tuple(shape):
-            raise LoaderError(
-                f"{where}, frame {i}: the image is {array.shape}; info.json says {tuple(shape)}"
-            )
-        frames.append(array)
-    return np.stack(frames) if frames else np.empty((0, *shape), dtype=np.uint8)
+        if data is None and not path:
+            raise LoaderError(f"{where}, frame {i}: the image has neither bytes nor a path")
+        images.append(data if data is not None else os.path.join(root, path))
+    return decode_images(images, shape, where)
 
 
 def _image_shape(feature):
@@ -223,7 +215,7 @@ def load_lerobot(
             rows = table.slice(row["dataset_from_index"] - first, n)
             if rows.num_rows != n:
                 raise LoaderError(f"{here}: the data file holds {rows.num_rows} of its {n} rows")
-            times = _ns(rows.column("timestamp").to_numpy())
+            times = _ns(rows.column("timestamp").to_numpy(), f"{here}, column 'timestamp'")
             for key in table_keys:
                 feature = features[key]
                 if feature["dtype"] == "image":
@@ -258,7 +250,7 @@ def load_lerobot(
                         f"{here}, key {key!r}: {os.path.basename(path)} holds {len(frames)} "
                         f"frames of the segment, the table {n} (a video shorter than its table)"
                     )
-                out[key] = (np.stack(frames), _ns(frame_times))
+                out[key] = (np.stack(frames), _ns(frame_times, f"{here}, key {key!r}"))
             return out
 
         return finish

@@ -4,13 +4,21 @@ the mcap package (and mcap-protobuf-support for protobuf schemas). A topic
 publish time, or a timestamp field of the message. ROS 2 bags in mcap storage
 go through ``load_bag``."""
 
-import io
 import json
 
 import numpy as np
 
 from ..store import EpisodeStore
-from ._common import LoaderError, as_paths, field_names, log_episodes, stack_streams
+from ..time import stamp_ns
+from ._common import (
+    LoaderError,
+    as_paths,
+    field_names,
+    log_episodes,
+    split_gap_ns,
+    stack_streams,
+)
+from ._images import decode_image
 
 __all__ = ["load_mcap"]
 
@@ -59,13 +67,8 @@ def _array(value, where):
     """Vectors (x, y, z[, w]) as arrays; lists and numbers as they are; an
     image (bytes, or a message with ``data`` bytes) decoded with PIL."""
     if isinstance(value, (bytes, bytearray)) or isinstance(_get(value, "data"), bytes):
-        from PIL import Image, UnidentifiedImageError
-
         data = value if isinstance(value, (bytes, bytearray)) else _get(value, "data")
-        try:
-            return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-        except (OSError, UnidentifiedImageError) as e:
-            raise LoaderError(f"{where}: cannot decode the image: {e}") from e
+        return decode_image(data, where)
     if all(_get(value, axis) is not _MISSING for axis in "xyz") and not isinstance(
         value, (list, tuple)
     ):
@@ -92,7 +95,7 @@ def _nanoseconds(value, where):
             f"{where}: a time must be int nanoseconds or have seconds and nanoseconds fields "
             f"(sec/nanosec or seconds/nanos); got {value!r}"
         )
-    return int(seconds) * 1_000_000_000 + int(nanos)
+    return stamp_ns(seconds, nanos)
 
 
 def load_mcap(
@@ -139,7 +142,7 @@ def load_mcap(
     paths = as_paths(paths)
     fields = field_names(topics)
     wanted = set(topics) | ({marker_topic} if marker_topic else set())
-    gap = None if split_gap_s is None else int(round(split_gap_s * 1e9))
+    gap = split_gap_ns(split_gap_s, "load_mcap")
 
     def protobuf_factory():
         try:

@@ -6,7 +6,6 @@ episodes (read with the ``tfrecord`` package and its protobuf), each holding
 GPU with torchvision where asked."""
 
 import glob
-import io
 import json
 import os
 
@@ -14,6 +13,7 @@ import numpy as np
 
 from ..store import EpisodeStore
 from ._common import LoaderError, frame_times, skipping
+from ._images import decode_images
 
 __all__ = ["load_rlds"]
 
@@ -75,17 +75,7 @@ def _decode_images(blobs, shape, device, here):
         except RuntimeError as e:
             raise LoaderError(f"{here}: an image does not decode: {e}") from e
         return torch.stack(frames).permute(0, 2, 3, 1).reshape(len(frames), *shape)
-    from PIL import Image
-
-    frames = []
-    for b in blobs:
-        try:
-            frames.append(
-                np.asarray(Image.open(io.BytesIO(b)).convert("RGB" if shape[-1] == 3 else "L"))
-            )
-        except OSError as e:
-            raise LoaderError(f"{here}: an image does not decode: {e}") from e
-    return np.stack(frames).reshape(len(frames), *shape)
+    return decode_images(blobs, shape, here)
 
 
 def load_rlds(

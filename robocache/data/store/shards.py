@@ -1,12 +1,14 @@
-"""Episode shards of an EpisodeStore for data-parallel training: whole
-episodes go to ranks, contiguous and balanced by frame count, so windows
-never cross ranks and each rank holds only its own episodes."""
+"""Episode shards for data-parallel training: whole episodes go to ranks,
+contiguous and balanced by frame count, so windows never cross ranks and
+each rank holds only its own episodes."""
 
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Shard", "shard_ranges"]
+from .packed import PackedStream
+
+__all__ = ["Shard", "shard_ranges", "shard_parts"]
 
 
 @dataclass(frozen=True)
@@ -43,26 +45,21 @@ def shard_ranges(lengths, world_size):
     return tuple((bounds[r], bounds[r + 1]) for r in range(world_size))
 
 
-def take_shard(store, rank, world_size):
-    """Rank ``rank``'s episodes of ``store`` (views: nothing is copied, so a
-    mapped store reads only these bytes when they are used)."""
-    from .store import EpisodeStore, PackedStream
-
-    if store.shard is not None:
-        raise ValueError(f"shard: the store is already rank {store.shard.rank}'s shard")
+def shard_parts(streams, episodes, rank, world_size):
+    """Rank ``rank``'s part of a whole store's ``streams`` and ``episodes``:
+    (streams, episodes, Shard), views of the given tensors (nothing is
+    copied, so a mapped store reads only these bytes when they are used)."""
     if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < max(world_size, 1):
         raise ValueError(f"shard: rank must be an int in [0, {world_size}); got {rank!r}")
-    lengths = store.episodes["length"]
-    ranges = shard_ranges(lengths, world_size)
+    ranges = shard_ranges(episodes["length"], world_size)
     first, end = ranges[rank]
-    streams, counts = {}, {}
-    for key, s in store.streams.items():
+    part, counts = {}, {}
+    for key, s in streams.items():
         offsets = s.offsets.cpu()
         counts[key] = offsets.diff()
         lo, hi = int(offsets[first]), int(offsets[end])
-        streams[key] = PackedStream(
+        part[key] = PackedStream(
             s.values[lo:hi], s.times[lo:hi], s.offsets[first : end + 1] - lo, dict(s.stats)
         )
-    episodes = {k: v[first:end] for k, v in store.episodes.items()}
-    shard = Shard(rank, world_size, ranges, counts)
-    return EpisodeStore(streams, episodes, store.tasks, store.fps, shard=shard, info=store.info)
+    rows = {k: v[first:end] for k, v in episodes.items()}
+    return part, rows, Shard(rank, world_size, ranges, counts)

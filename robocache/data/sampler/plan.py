@@ -1,0 +1,194 @@
+"""What WindowSampler does with each key, decided once at construction:
+one ``KeyPlan`` per key (its deltas, mode, tolerances, normalisation and
+image form), checked against the store."""
+
+import numbers
+from dataclasses import dataclass
+
+import torch
+
+from ..._ops import WINDOW_MODES
+from ..time import seconds_to_ns
+
+NORMALIZE = ("mean_std", "min_max")
+IMAGE_FORMS = ("uint8", "float", "float_chw")
+# The channel counts of an image's channel axis.
+_CHANNELS = (1, 3, 4)
+_WHERE = "WindowSampler"
+
+
+@dataclass
+class KeyPlan:
+    """One key's windows and what happens to them after the kernel.
+
+    Attributes:
+        key: the store's stream.
+        deltas: (W,) int64 ns from the anchor time, on the store's device.
+        mode: ``nearest``, ``previous``, ``linear`` or ``mean``.
+        interval: ns of ``mean``'s interval (0: none).
+        tolerance: ns beyond which a sample read is padding (-1: none).
+        to_float: uint8 image frames become float32 in [0, 1].
+        to_chw: (H, W, C) image frames become (C, H, W).
+        scale, shift: ``x * scale + shift`` normalises the key (float32
+            tensors of the sample shape, on the batch's device), or None.
+    """
+
+    key: str
+    deltas: torch.Tensor
+    mode: str
+    interval: int
+    tolerance: int
+    to_float: bool = False
+    to_chw: bool = False
+    scale: torch.Tensor = None
+    shift: torch.Tensor = None
+
+
+def check_per_key(delta_timestamps, **options):
+    """The per-key dicts (modes, interval_s, ...) as dicts naming only keys of
+    ``delta_timestamps``."""
+    if not isinstance(delta_timestamps, dict) or not delta_timestamps:
+        raise ValueError(f"{_WHERE}: delta_timestamps must be a non-empty dict key -> deltas")
+    out = {}
+    for what, d in options.items():
+        if d is None:
+            d = {}
+        if not isinstance(d, dict):
+            raise TypeError(f"{_WHERE}: {what} must be a dict key -> value; got {d!r}")
+        unknown = sorted(set(d) - set(delta_timestamps))
+        if unknown:
+            raise ValueError(f"{_WHERE}: {what} names keys not in delta_timestamps: {unknown}")
+        out[what] = dict(d)
+    return out
+
+
+def image_layout(key, shape):
+    """``"hwc"`` or ``"chw"`` for a frame of ``shape`` (its channel axis is
+    the one of 1, 3 or 4 entries), None for a sample that is not a frame;
+    a ValueError where both ends could be the channels."""
+    if len(shape) != 3:
+        return None
+    first, last = shape[0] in _CHANNELS, shape[-1] in _CHANNELS
+    if first and last:
+        raise ValueError(
+            f"{_WHERE}: images: the frames of {key!r} are {tuple(shape)}, which could be (H, W, "
+            f"C) or (C, H, W); give that key images='uint8' or 'float' (images={{{key!r}: "
+            "'float'}}), which keep the stored layout"
+        )
+    return "hwc" if last else "chw" if first else None
+
+
+def plan_key(store, key, deltas, mode, interval, tolerance, normalize, image_form, device):
+    """One key's KeyPlan (see WindowSampler's arguments)."""
+    stream = store[key]
+    what = f"{_WHERE}: delta_timestamps[{key!r}]"
+    if torch.is_tensor(deltas):
+        if deltas.dim() != 1:
+            raise TypeError(
+                f"{what} must be a 1-D sequence of seconds; got a {deltas.dim()}-D tensor"
+            )
+        deltas = deltas.tolist()
+    if isinstance(deltas, (str, bytes)) or not hasattr(deltas, "__iter__"):
+        raise TypeError(f"{what} must be a sequence of seconds (e.g. [-0.1, 0.0]); got {deltas!r}")
+    deltas = list(deltas)
+    if not deltas:
+        raise ValueError(f"{what} is empty")
+    deltas_ns = [seconds_to_ns(d, f"{what}[{i}]") for i, d in enumerate(deltas)]
+    # A mode's name is checked by the operator, at construction (its error
+    # names the key); what the operator's mode list cannot carry is checked here.
+    if not isinstance(mode, str) or mode != mode.strip() or "," in mode:
+        raise ValueError(
+            f"{_WHERE}: modes[{key!r}] must be one of {', '.join(map(repr, WINDOW_MODES))}; "
+            f"got {mode!r}"
+        )
+    if mode in ("linear", "mean") and not stream.values.is_floating_point():
+        raise ValueError(
+            f"{_WHERE}: mode {mode!r} for {key!r} needs floating values; the stream "
+            f"holds {stream.values.dtype} (use 'nearest' or 'previous')"
+        )
+    if mode == "mean" and interval is None:
+        ordered = sorted(deltas_ns)
+        gaps = [b - a for a, b in zip(ordered, ordered[1:]) if b > a]
+        if not gaps:
+            raise ValueError(f"{_WHERE}: mode 'mean' for {key!r} needs interval_s (one delta)")
+        interval_ns = min(gaps)
+    else:
+        interval_ns = 0 if interval is None else _duration(interval, f"interval_s[{key!r}]")
+    tolerance_ns = -1 if tolerance is None else _duration(tolerance, f"tolerance_s[{key!r}]")
+    plan = KeyPlan(
+        key,
+        torch.tensor(deltas_ns, dtype=torch.int64, device=store.device),
+        mode,
+        interval_ns,
+        tolerance_ns,
+    )
+    _plan_image(plan, stream.values, image_form)
+    if normalize is not None:
+        scale, shift = _normalizer(key, stream, normalize)
+        if plan.to_float:  # the statistics are of the stored 0..255 values
+            scale = scale * 255
+        plan.scale, plan.shift = scale.to(device), shift.to(device)
+    return plan
+
+
+def _duration(seconds, what):
+    ns = seconds_to_ns(seconds, f"{_WHERE}: {what}")
+    if ns < 0:
+        raise ValueError(f"{_WHERE}: {what} must be >= 0; got {ns} ns")
+    return ns
+
+
+def edge_tolerance_ns(seconds):
+    return _duration(seconds, "edge_tolerance_s")
+
+
+def image_form_of(images, key):
+    """The image form asked for ``key``: ``images`` itself, or its entry
+    (``"uint8"``, as stored, for keys a dict leaves out)."""
+    form = images.get(key, "uint8") if isinstance(images, dict) else images
+    if form not in IMAGE_FORMS:
+        name = f"images[{key!r}]" if isinstance(images, dict) else "images"
+        raise ValueError(f"{_WHERE}: {name} must be 'uint8', 'float' or 'float_chw'; got {form!r}")
+    return form
+
+
+def _plan_image(plan, values, form):
+    """``float``: uint8 frames to float32 in [0, 1]; ``float_chw``: that, and
+    (H, W, C) frames to (C, H, W), float frames included. Keys that are not
+    frames (a sample of 1, 2 or 4+ dimensions without a channel axis) are
+    left as stored."""
+    if form == "uint8" or values.dim() < 3:
+        return
+    layout = image_layout(plan.key, values.shape[1:]) if values.dim() == 4 else None
+    frames = layout is not None or values.dim() == 3  # (H, W) grey frames have no channel axis
+    plan.to_float = frames and values.dtype == torch.uint8
+    plan.to_chw = form == "float_chw" and layout == "hwc"
+
+
+def _normalizer(key, stream, how):
+    """(scale, shift) with x * scale + shift the normalized value (float32)."""
+    if how not in NORMALIZE:
+        raise ValueError(
+            f"{_WHERE}: normalize[{key!r}] must be 'mean_std' or 'min_max'; got {how!r}"
+        )
+    needed = ("mean", "std") if how == "mean_std" else ("min", "max")
+    missing = [s for s in needed if s not in stream.stats]
+    if missing:
+        raise ValueError(
+            f"{_WHERE}: normalize[{key!r}] = {how!r} needs the store's {missing} statistics"
+        )
+    eps = 1e-8
+    if how == "mean_std":
+        scale = 1 / (stream.stats["std"] + eps)
+        shift = -stream.stats["mean"] * scale
+    else:
+        scale = 2 / (stream.stats["max"] - stream.stats["min"] + eps)
+        shift = -1 - stream.stats["min"] * scale
+    return scale.float(), shift.float()
+
+
+def positive_int(x, what):
+    """An int >= 1 (bool refused)."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 1:
+        raise ValueError(f"{_WHERE}: {what} must be a positive int; got {x!r}")
+    return int(x)

@@ -1,0 +1,320 @@
+"""WindowSampler: batches of windows cut from an EpisodeStore on the device.
+
+Each batch is one ``anchor_windows`` launch: every key's windows and the
+anchor frames' metadata, with no worker processes, no per-sample Python and
+no host synchronization. The face here ties together the per-key plans
+(plan.py), the anchor order (order.py), the transforms after the kernel
+(transform.py) and the CUDA graphs (graphs.py).
+"""
+
+import functools
+
+import torch
+
+from ..._ops import OPS
+from .._device import resolve_device
+from ..time import ns_to_seconds
+from . import order, plan, transform
+from .graphs import BatchGraphs
+
+__all__ = ["WindowSampler"]
+
+# LeRobot's tolerance for timestamps that should coincide.
+_EDGE_TOLERANCE_S = 1e-4
+_WHERE = "WindowSampler"
+
+
+class WindowSampler:
+    """Windows of every key around anchor frames, batched on the device.
+
+    Args:
+        store: an EpisodeStore (on the GPU, or in pinned host memory with
+            ``device="cuda"``: then windows are cut on the host and each
+            batch is copied to the device).
+        delta_timestamps: key -> a sequence of offsets in seconds from the
+            anchor time (any real values). Each key is sampled on its own
+            clock at ``anchor_time + delta``.
+        modes: key -> ``"nearest"`` (default; a tie between two samples
+            equally far goes to the later one), ``"previous"``, ``"linear"``
+            or ``"mean"`` (the mean of the samples in (q - interval, q]).
+            Several samples at one time: ``previous`` and ``nearest`` from
+            below read the last of them, ``nearest`` from above the first.
+        interval_s: key -> the interval of ``"mean"`` (default: the smallest
+            gap between that key's deltas).
+        tolerance_s: key -> seconds: a query whose samples used lie farther
+            than this is padding (a drop-out is never held or interpolated
+            across silently). Default: none.
+        edge_tolerance_s: a query this close outside an episode's samples is
+            not padding (LeRobot's 1e-4 s by default).
+        anchor: the key whose frames are the anchors (default: the key with
+            the most samples; ties go to the first key).
+        batch_size, shuffle, seed, drop_last: an epoch visits each anchor
+            once, in a permutation drawn on the device from (seed, epoch).
+        drop_n_last_frames: anchors exclude each episode's last n frames.
+        device: where batches go (default: the store's device).
+        normalize: key -> ``"mean_std"`` or ``"min_max"`` (to [-1, 1]), with
+            the store's statistics, on the device.
+        images: how image keys come out, for every key (a str) or per key
+            (a dict; keys it leaves out come as stored): ``"uint8"`` (as
+            stored), ``"float"`` (uint8 frames as float32 in [0, 1]) or
+            ``"float_chw"`` (as LeRobot returns them: that, and (H, W, C)
+            frames as (C, H, W)). A key's frames are its samples of shape
+            (H, W, C) or (C, H, W), the channel axis the end of size 1, 3 or
+            4 (a shape both ends of which could be raises), or (H, W) uint8
+            grey frames. Other keys are left as they are.
+        key_age: also return ``<key>_age``: seconds from the sample read to
+            the query (see sample_windows).
+        rank, world_size: this process's place among data-parallel ranks
+            (default: torch.distributed's when it is initialized, else the
+            store's shard's, else 0 of 1). A whole store is replicated: the
+            epoch's permutation (the same on every rank) is padded by
+            wrapping around (or cut, with drop_last) to a multiple of
+            world_size and dealt out. A shard (``EpisodeStore.load(...,
+            shard=(rank, world_size))``) holds whole episodes: each rank
+            permutes its own anchors, by (seed, epoch, rank), wrapping around
+            to the largest rank's count (or cut to the smallest's). Every
+            rank draws the same number of batches, with no collective call,
+            and a shard with no anchors raises on every rank.
+        cuda_graph: replay each batch from a CUDA graph, captured once per
+            batch size (a store on a CUDA device): the host's cost of a
+            batch is one index copy and one replay. A batch's tensors are
+            then the graph's buffers, which hold it until ``graph_buffers``
+            more batches of its size are drawn: clone what you keep longer.
+        graph_buffers: the graphs per batch size, each with its own buffers
+            (default 2: a batch stays valid while the next is drawn).
+
+    A batch is a dict: ``key`` (B, len(deltas), *shape), ``key_is_pad``
+    (B, len(deltas)) bool, and ``index``, ``episode_index``, ``frame_index``,
+    ``timestamp`` (float32 seconds since the episode's first anchor frame),
+    ``task_index``, each (B,).
+
+    A sampler draws its batches on the device in the calling process: iterate
+    it directly, not inside a DataLoader's workers (each worker would draw
+    every batch; it raises there).
+    """
+
+    def __init__(
+        self,
+        store,
+        delta_timestamps,
+        *,
+        modes=None,
+        interval_s=None,
+        tolerance_s=None,
+        edge_tolerance_s=_EDGE_TOLERANCE_S,
+        anchor=None,
+        batch_size=256,
+        shuffle=True,
+        seed=0,
+        drop_last=False,
+        drop_n_last_frames=0,
+        device=None,
+        normalize=None,
+        images="uint8",
+        key_age=False,
+        rank=None,
+        world_size=None,
+        cuda_graph=False,
+        graph_buffers=2,
+    ):
+        self.store = store
+        self.rank, self.world_size = order.resolve_ranks(rank, world_size, store)
+        device = resolve_device(device, _WHERE)
+        self.device = device if device is not None else store.device
+        per_key = plan.check_per_key(
+            delta_timestamps,
+            modes=modes,
+            interval_s=interval_s,
+            tolerance_s=tolerance_s,
+            normalize=normalize,
+        )
+        if not isinstance(images, (str, dict)):
+            raise ValueError(f"{_WHERE}: images must be a str or a dict key -> str; got {images!r}")
+        if isinstance(images, dict):
+            plan.check_per_key(delta_timestamps, images=images)
+        else:
+            plan.image_form_of(images, None)
+        edge = plan.edge_tolerance_ns(edge_tolerance_s)
+        self.plans = [
+            plan.plan_key(
+                store,
+                key,
+                deltas,
+                per_key["modes"].get(key, "nearest"),
+                per_key["interval_s"].get(key),
+                per_key["tolerance_s"].get(key),
+                per_key["normalize"].get(key),
+                plan.image_form_of(images, key),
+                self.device,
+            )
+            for key, deltas in delta_timestamps.items()
+        ]
+        self.keys = {p.key: p for p in self.plans}
+        self.anchor = anchor if anchor is not None else _most_samples(store)
+        for name, value in (("drop_last", drop_last), ("shuffle", shuffle), ("key_age", key_age)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{_WHERE}: {name} must be True or False; got {value!r}")
+        if isinstance(drop_n_last_frames, bool) or not isinstance(drop_n_last_frames, int):
+            drop_n_last_frames = -1
+        if drop_n_last_frames < 0:
+            raise ValueError(
+                f"{_WHERE}: drop_n_last_frames must be an int >= 0; got {drop_n_last_frames!r}"
+            )
+        self.batch_size = plan.positive_int(batch_size, "batch_size")
+        self.seed = order.check_seed(seed)
+        self.shuffle, self.drop_last, self.key_age, self.epoch = shuffle, drop_last, key_age, 0
+        anchor_stream = store[self.anchor]
+        offsets, times = anchor_stream.offsets, anchor_stream.times
+        row_episode = order.row_episodes(offsets)
+        self._anchors = order.anchor_rows(offsets, row_episode, drop_n_last_frames)
+        self._per_rank = order.per_rank(
+            store,
+            self.anchor,
+            drop_n_last_frames,
+            self._anchors.numel(),
+            self.world_size,
+            drop_last,
+        )
+        if self._anchors.numel() == 0:
+            raise ValueError(
+                f"{_WHERE}: the store has no anchor frames (stream {self.anchor!r} is empty"
+                f"{' after dropping the last frames' if drop_n_last_frames else ''})"
+            )
+        if drop_last and self.batch_size > self._per_rank:
+            raise ValueError(
+                f"{_WHERE}: batch_size {self.batch_size} exceeds the {self._per_rank} anchors "
+                "a rank visits an epoch, and drop_last=True would leave no batch"
+            )
+        # Per anchor row, gathered with the windows: its episode_index,
+        # frame_index and task_index, and its time from the episode's first
+        # frame in seconds (float32, as LeRobot's timestamp).
+        first_row = offsets[:-1][row_episode]
+        episodes = {
+            k: store.episodes[k].to(offsets.device) for k in ("episode_index", "task_index")
+        }
+        self._row_tables = {
+            "episode_index": episodes["episode_index"][row_episode],
+            "frame_index": torch.arange(times.numel(), device=offsets.device) - first_row,
+            "task_index": episodes["task_index"][row_episode],
+            "timestamp": ns_to_seconds(times - times[first_row]),
+        }
+        self._windows = _window_call(store, self.anchor, self.plans, self._row_tables, edge)
+        self._check_window_args()
+        self._graphs = self._make_graphs(cuda_graph, graph_buffers)
+
+    def _make_graphs(self, cuda_graph, graph_buffers):
+        if not isinstance(cuda_graph, bool):
+            raise ValueError(f"{_WHERE}: cuda_graph must be True or False; got {cuda_graph!r}")
+        if (
+            isinstance(graph_buffers, bool)
+            or not isinstance(graph_buffers, int)
+            or graph_buffers < 1
+        ):
+            raise ValueError(f"{_WHERE}: graph_buffers must be an int >= 1; got {graph_buffers!r}")
+        if not cuda_graph:
+            return None
+        if self.store.device.type != "cuda" or self.device.type != "cuda":
+            raise ValueError(
+                f"{_WHERE}: cuda_graph=True needs the store and the batches on a CUDA "
+                f"device (store.to('cuda')); the store is on {self.store.device}"
+            )
+        return BatchGraphs(self._batch, self._anchors, graph_buffers)
+
+    def _check_window_args(self):
+        """Every check of the operator (modes, dtypes, devices, shapes, a build
+        with the device's kernels) runs once here, on an empty batch; the
+        batches then call it directly. Its errors say which key stream k is."""
+        nothing = torch.empty(0, dtype=torch.int64, device=self.store.device)
+        try:
+            self._windows(index=nothing)
+        except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:
+            streams = ", ".join(f"stream {k} is {p.key!r}" for k, p in enumerate(self.plans))
+            raise type(e)(f"{_WHERE}: {e} ({streams})") from None
+
+    # -- epochs --------------------------------------------------------------------
+
+    def set_epoch(self, epoch):
+        """The permutation of the next iteration is fixed by (seed, epoch),
+        and by rank for a sharded store."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int):
+            raise ValueError(f"{_WHERE}.set_epoch: epoch must be an int; got {epoch!r}")
+        self.epoch = epoch
+
+    @property
+    def num_anchors(self):
+        return int(self._anchors.numel())
+
+    def __len__(self):
+        """Batches an epoch, the same on every rank."""
+        n = self._per_rank
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self):
+        if torch.utils.data.get_worker_info() is not None:
+            raise RuntimeError(
+                f"{_WHERE} is iterated inside a DataLoader worker, where every worker would "
+                "draw every batch. Iterate the sampler itself in the training loop: it cuts "
+                "each batch on the device (docs/data.md, 'WindowSampler')"
+            )
+        sharded = self.store.shard is not None
+        generator = None
+        if self.shuffle:
+            generator = order.epoch_generator(
+                self._anchors, self.seed, self.epoch, self.rank, sharded
+            )
+        anchors = order.epoch_order(
+            self._anchors, self._per_rank, self.rank, self.world_size, sharded, generator
+        )
+        for i in range(len(self)):
+            yield self.batch_at(anchors[i * self.batch_size : (i + 1) * self.batch_size])
+
+    # -- one batch -------------------------------------------------------------------
+
+    def batch_at(self, index):
+        """The batch whose anchors are ``index``: global frame indices (rows)
+        of the anchor stream, a (B,) integer tensor, array or list."""
+        index = order.anchor_index(index, self.store.device)
+        if self._graphs is not None:
+            return self._graphs(index)
+        return self._batch(index)
+
+    def _batch(self, index):
+        # The store's tensors never need gradients: the op runs below autograd
+        # (no autograd bookkeeping a call; the batch's tensors are ordinary).
+        with torch._C._AutoDispatchBelowAutograd():
+            outs, pads, ages, _, rows = self._windows(index=index)
+            return transform.assemble(
+                self.plans, outs, pads, ages, index, self._row_tables, rows, self.device,
+                self.key_age,
+            )  # fmt: skip
+
+
+def _window_call(store, anchor, plans, row_tables, edge_tolerance):
+    """The one anchor_windows call of every batch, all but its index bound."""
+    streams = [store[p.key] for p in plans]
+    return functools.partial(
+        OPS.anchor_windows,
+        values=[s.values for s in streams],
+        times=[s.times for s in streams],
+        offsets=[s.offsets for s in streams],
+        deltas=[p.deltas for p in plans],
+        anchor_offsets=store[anchor].offsets,
+        anchor_times=store[anchor].times,
+        anchor_rows=list(row_tables.values()),
+        modes=",".join(p.mode for p in plans),
+        intervals=[p.interval for p in plans],
+        tolerances=[p.tolerance for p in plans],
+        edge_tolerance=edge_tolerance,
+    )
+
+
+def _most_samples(store):
+    """The key with the most samples in the whole store (so that every shard
+    picks alike); ties go to the first key."""
+
+    def samples(key):
+        if store.shard is not None:
+            return int(store.shard.counts[key].sum())
+        return store[key].values.shape[0]
+
+    return max(store.keys(), key=samples)

@@ -1,0 +1,217 @@
+"""EpisodeStore: a dataset's episodes packed once, kept where the model is.
+
+Each named stream (``"observation.state"``, ``"action"``,
+``"observation.images.top"``, ...) is a PackedStream: ``values`` (N, *shape)
+in any dtype, ``times`` (N,) int64 nanoseconds and ``offsets`` (E + 1,),
+episode ``e`` owning rows ``offsets[e]:offsets[e + 1]``. Streams keep their
+own rates and may start and stop anywhere in an episode; an episode may have
+no samples of a stream. ``robocache.data.WindowSampler`` cuts windows from it.
+"""
+
+import torch
+
+from .._device import resolve_device
+from ..time import check_fps
+from . import format as store_format
+from .build import add_quantile, pack_episodes, warn_if_spacing_contradicts_fps
+from .shards import shard_parts
+
+
+class EpisodeStore:
+    """Packed streams of E episodes on one device, with per-episode metadata.
+
+    Build one with ``EpisodeStore.from_episodes`` (or a loader), keep it with
+    ``save``/``load``, move it with ``to``. ``store[key]`` is a PackedStream.
+
+    Attributes:
+        streams: key -> PackedStream.
+        episodes: ``episode_index`` (the source's index), ``length`` (frames,
+            as the source counts them) and ``task_index``, each (E,) int64.
+        tasks: task strings; ``tasks[task_index]``.
+        fps: the source's frame rate, or None.
+        shard: a ``Shard`` when the store is one rank's episodes of a larger
+            one (``take_shard``, ``load(shard=...)``), else None.
+        info: what the source says of itself beyond its data, as JSON-ready
+            values (robomimic's ``env_args``, for one); ``save`` keeps it.
+    """
+
+    def __init__(self, streams, episodes, tasks, fps=None, shard=None, info=None):
+        if not streams:
+            raise ValueError("EpisodeStore: a store needs at least one stream")
+        self.streams = dict(streams)
+        self.episodes = dict(episodes)
+        self.tasks = list(tasks)
+        self.fps = None if fps is None else float(fps)
+        self.shard = shard
+        self.info = dict(info or {})
+        E = self.num_episodes
+        for key, s in self.streams.items():
+            if s.offsets.shape != (E + 1,):
+                raise ValueError(
+                    f"EpisodeStore: stream {key!r} has offsets of shape {tuple(s.offsets.shape)}; "
+                    f"expected ({E + 1},) for {E} episodes"
+                )
+
+    @classmethod
+    def from_episodes(
+        cls,
+        episodes,
+        *,
+        fps=None,
+        stats=True,
+        quantiles=(),
+        progress=True,
+        total=None,
+        device=None,
+        info=None,
+    ):
+        """Packs episodes in one streaming pass.
+
+        Args:
+            episodes: an iterable of dicts, one per episode: key ->
+                (values (n, *shape), times (n,)) as tensors or numpy arrays,
+                times in int64 nanoseconds (or float seconds, rounded to ns;
+                float32 seconds warn: they carry about 7 digits),
+                non-decreasing. Optional entries: ``"task"`` (str),
+                ``"episode_index"`` (int; default: the position) and
+                ``"length"`` (int; default: the largest sample count).
+                A stream an episode lacks has no samples in it.
+            fps: the source's frame rate, if it has one. Where no stream's
+                samples are within 10x of 1/fps apart, a warning says the
+                times are probably in another unit.
+            stats: compute per-stream mean, std, min and max (float64, over
+                the samples, per element of the sample shape).
+            quantiles: e.g. ``(0.01, 0.99)``: also these quantiles (as
+                ``"q01"``, ``"q99"``), for streams of at most 4096 elements a
+                sample (not images).
+            progress: show a progress bar.
+            total: the number of episodes, for the bar, if ``episodes`` has no len().
+            device: pack the store there (default: the host). Each episode
+                moves there as it arrives.
+            info: the source's own metadata (``EpisodeStore.info``).
+
+        Every episode's tensors are copied once into per-stream lists on
+        ``device``, and each stream is packed (one concatenation) at the end.
+        Peak memory where the store is built: the data plus its largest stream.
+        On the host, with a ``device``: the episode in hand (plus what the
+        iterator holds).
+        """
+        where = "EpisodeStore.from_episodes"
+        device = resolve_device(device, where)
+        if fps is not None:
+            fps = check_fps(fps, where)
+        streams, rows, tasks = pack_episodes(
+            episodes, stats=stats, progress=progress, total=total, device=device
+        )
+        if fps is not None:
+            warn_if_spacing_contradicts_fps(streams, fps)
+        for q in quantiles:
+            add_quantile(streams, float(q))
+        return cls(streams, rows, tasks, fps, info=info)
+
+    # -- what it holds -----------------------------------------------------------
+
+    @property
+    def num_episodes(self):
+        return int(self.episodes["episode_index"].shape[0])
+
+    @property
+    def device(self):
+        return next(iter(self.streams.values())).values.device
+
+    @property
+    def nbytes(self):
+        meta = sum(t.numel() * t.element_size() for t in self.episodes.values())
+        return meta + sum(s.nbytes for s in self.streams.values())
+
+    def keys(self):
+        return self.streams.keys()
+
+    def __getitem__(self, key):
+        try:
+            return self.streams[key]
+        except KeyError:
+            raise KeyError(
+                f"EpisodeStore: no stream {key!r}; the streams are {sorted(self.streams)}"
+            ) from None
+
+    def __contains__(self, key):
+        return key in self.streams
+
+    def __repr__(self):
+        lines = [
+            f"EpisodeStore({self.num_episodes} episodes, {len(self.tasks)} tasks, "
+            f"fps={self.fps}, device={self.device}, {_size(self.nbytes)})"
+        ]
+        for key, s in self.streams.items():
+            lines.append(
+                f"  {key}: {s.values.shape[0]} samples of {tuple(s.values.shape[1:])} "
+                f"{str(s.values.dtype).removeprefix('torch.')}, {_size(s.nbytes)}"
+            )
+        return "\n".join(lines)
+
+    # -- moving and keeping --------------------------------------------------------
+
+    def to(self, device, non_blocking=False):
+        """The store on ``device`` (a new store; the tensors are copied once)."""
+        device = resolve_device(device, "EpisodeStore.to")
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self):
+        """The store in pinned host memory: for stores too large for the GPU,
+        whose batches the sampler then copies to it without blocking."""
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                "EpisodeStore.pin_memory: pinned (page-locked) memory serves a CUDA device, and "
+                f"torch {torch.__version__} sees none; keep the store on the host as it is"
+            )
+        return self._map(lambda t: t.pin_memory())
+
+    def _map(self, fn):
+        streams = {k: s.map(fn) for k, s in self.streams.items()}
+        episodes = {k: fn(v) for k, v in self.episodes.items()}
+        return EpisodeStore(streams, episodes, self.tasks, self.fps, self.shard, self.info)
+
+    def take_shard(self, rank, world_size):
+        """Rank ``rank``'s episodes of ``world_size`` ranks: contiguous, about
+        1/world_size of the frames, at least one episode each; views of this
+        store's tensors, statistics kept (the whole store's)."""
+        if self.shard is not None:
+            raise ValueError(f"shard: the store is already rank {self.shard.rank}'s shard")
+        streams, episodes, shard = shard_parts(self.streams, self.episodes, rank, world_size)
+        return EpisodeStore(streams, episodes, self.tasks, self.fps, shard=shard, info=self.info)
+
+    def save(self, directory):
+        """Writes ``directory/store.safetensors`` (a new file renamed into
+        place): every tensor by name, the keys, tasks and fps in its
+        metadata. ``load`` maps it back."""
+        if self.shard is not None:
+            raise ValueError(
+                "EpisodeStore.save: this store is one rank's shard; save the whole store "
+                "(each rank then loads its part with load(directory, shard=(rank, world_size)))"
+            )
+        store_format.write(directory, self.streams, self.episodes, self.tasks, self.fps, self.info)
+
+    @classmethod
+    def load(cls, directory, device=None, mmap=True, shard=None):
+        """A store written by ``save``. With ``mmap`` the tensors map the file
+        (nothing is read until used); ``shard=(rank, world_size)`` keeps only
+        that rank's episodes (``take_shard``), so a mapped load reads only
+        their bytes; ``device`` moves them there."""
+        device = resolve_device(device, "EpisodeStore.load")
+        streams, episodes, tasks, fps, info = store_format.read(directory, mmap)
+        store = cls(streams, episodes, tasks, fps, info=info)
+        if shard is not None:
+            if not isinstance(shard, (tuple, list)) or len(shard) != 2:
+                raise ValueError(
+                    f"EpisodeStore.load: shard must be (rank, world_size); got {shard!r}"
+                )
+            store = store.take_shard(*shard)
+        return store.to(device) if device is not None else store
+
+
+def _size(nbytes):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024

@@ -43,22 +43,24 @@ class _Block(nn.Module):
 
 
 class ResNet18Encoder(nn.Module):
-    """Stem and four stages of two basic blocks (64, 128, 256, 512), pooled."""
+    """Stem and four stages of two basic blocks (64, 128, 256, 512 channels
+    at ``width`` 64, ResNet-18's), pooled."""
 
-    def __init__(self):
+    def __init__(self, width=64):
         super().__init__()
         layers = [
-            nn.Conv2d(3, 64, 7, 2, 3, bias=False),
-            _norm(64),
+            nn.Conv2d(3, width, 7, 2, 3, bias=False),
+            _norm(width),
             nn.ReLU(),
             nn.MaxPool2d(3, 2, 1),
         ]
-        cin = 64
-        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        cin = width
+        for scale, stride in ((1, 1), (2, 2), (4, 2), (8, 2)):
+            cout = scale * width
             layers += [_Block(cin, cout, stride), _Block(cout, cout, 1)]
             cin = cout
         self.net = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.out_dim = 512
+        self.out_dim = 8 * width
 
     def forward(self, x):
         return self.net(x)
@@ -116,14 +118,17 @@ def _observation(batch, cameras, encoders):
 
 
 class DiffusionLike(nn.Module):
+    """Diffusion Policy's shape: a ResNet-18 a camera and a temporal U-Net
+    (``width`` scales both: 64 is the real size; a smoke run uses less)."""
+
     STEPS = 100
 
-    def __init__(self, cameras, obs_steps=2, state_dim=14, action_dim=7):
+    def __init__(self, cameras, obs_steps=2, state_dim=14, action_dim=7, width=64):
         super().__init__()
         self.cameras = list(cameras)
-        self.encoders = nn.ModuleList(ResNet18Encoder() for _ in self.cameras)
-        cond_dim = obs_steps * (len(self.cameras) * 512 + state_dim)
-        self.denoiser = TemporalUNet(action_dim, cond_dim)
+        self.encoders = nn.ModuleList(ResNet18Encoder(width) for _ in self.cameras)
+        cond_dim = obs_steps * (len(self.cameras) * 8 * width + state_dim)
+        self.denoiser = TemporalUNet(action_dim, cond_dim, widths=(4 * width, 8 * width))
         betas = torch.linspace(1e-4, 2e-2, self.STEPS)
         self.register_buffer("alpha_bar", torch.cumprod(1 - betas, 0))
 

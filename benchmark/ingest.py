@@ -1,9 +1,9 @@
 """Ingest speed: each loader, from its files to an EpisodeStore, in frames per second.
 
-    python benchmark/ingest.py [--episodes 40] [--frames 150] [--json PATH] [--small]
+    python -m benchmark.ingest [--episodes 40] [--frames 150] [--json PATH] [--small]
 
-Each dataset is written first, by the writers the tests use (each format's
-own library), then loaded three times; the median is kept. "frames" are the
+Run from the checkout's root. Each dataset is written first, by the tests'
+fixtures (tests/fixtures/: each format's own writer library), then loaded three times; the median is kept. "frames" are the
 episodes' frames (LeRobot, robomimic, zarr, RLDS and CALVIN) and, for a bag,
 its messages; "samples" count every stream's samples.
 
@@ -24,19 +24,9 @@ from pathlib import Path
 
 import av
 import torch
+from rosbags.rosbag2 import StoragePlugin
 
-sys.path.insert(
-    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
-)
-
-from rosbags.rosbag2 import StoragePlugin  # noqa: E402
-from test_bag_loader import TOPICS, write_bag  # noqa: E402
-from test_lerobot_loader import FPS as LEROBOT_FPS  # noqa: E402
-from test_lerobot_loader import write_lerobot  # noqa: E402
-from test_loaders import write_calvin, write_replay_buffer, write_robomimic  # noqa: E402
-from test_rlds_loader import write_rlds  # noqa: E402
-
-from robocache.data import (  # noqa: E402
+from robocache.data import (
     load_bag,
     load_calvin,
     load_lerobot,
@@ -44,6 +34,13 @@ from robocache.data import (  # noqa: E402
     load_robomimic,
     load_zarr,
 )
+from tests.fixtures.bags import TOPICS, write_bag
+from tests.fixtures.calvin import write_calvin
+from tests.fixtures.lerobot import FPS as LEROBOT_FPS
+from tests.fixtures.lerobot import write_lerobot
+from tests.fixtures.rlds import write_rlds
+from tests.fixtures.robomimic import write_robomimic
+from tests.fixtures.zarr import write_replay_buffer
 
 
 def median_seconds(load, repeats=3):
@@ -89,7 +86,9 @@ def row(name, detail, seconds, store, frames=None):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmark.ingest",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--episodes", type=int, default=40)
     parser.add_argument("--frames", type=int, default=150, help="frames an episode")

@@ -1,6 +1,6 @@
 """WindowSampler against the peers that build the same windows.
 
-    python benchmark/sampler.py [--device cuda] [--workers 4,8,16] [--json PATH] [--small]
+    python -m benchmark.sampler [--device cuda] [--workers 4,8,16] [--json PATH] [--small]
 
 Cases (LeRobot-style windows, B = 256):
   lowdim:  a 16-step action chunk of 7 and 2 steps of a 14-dim state;
@@ -113,7 +113,7 @@ def copy_gbps(nbytes, device):
     return 2 * nbytes / per_batch_seconds(lambda: dst.copy_(src), device, 20) / 1e9
 
 
-class _Frames(torch.utils.data.Dataset):
+class InRamFrames(torch.utils.data.Dataset):
     """The per-sample peer: LeRobot's rule on in-memory arrays, one window at a time."""
 
     def __init__(self, store, deltas, fps=FPS):
@@ -139,7 +139,7 @@ class _Frames(torch.utils.data.Dataset):
 
 def dataloader_seconds(store, deltas, workers, batch_size, batches, device):
     loader = torch.utils.data.DataLoader(
-        _Frames(store, deltas),
+        InRamFrames(store, deltas),
         batch_size=batch_size,
         shuffle=True,
         num_workers=workers,
@@ -263,7 +263,9 @@ def print_row(row):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmark.sampler",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(

@@ -1,39 +1,14 @@
 """Random inputs for the tests: fresh on every call, never zeros;
-`run_session`, for commands that start processes of their own; and
-`scheduling_kept`, for code that may change the caller's CPU scheduling."""
+and `run_session`, for commands that start processes of their own
+(`scheduling` and `scheduling_kept`, for code that may change the caller's
+CPU scheduling, live with the fixtures that need them)."""
 
-import contextlib
 import os
 import signal
 import subprocess
 
 import torch
-
-
-def scheduling():
-    """The calling thread's CPU scheduling: (policy, priority)."""
-    return os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
-
-
-@contextlib.contextmanager
-def scheduling_kept():
-    """Restores the calling thread's CPU scheduling policy on exit.
-
-    SVT-AV1's encoder, run as root, switches the thread that calls it to the
-    real-time SCHED_FIFO policy at the top priority, and every thread and
-    process started from it afterwards inherits that. A busy-waiting thread
-    under that policy is never preempted: two of them (gloo's, in two ranks)
-    then held both of a 2-core machine's cores, and nothing else ran, the
-    test's own timeout included."""
-    if not hasattr(os, "sched_getscheduler"):  # not Linux
-        yield
-        return
-    policy, priority = scheduling()
-    try:
-        yield
-    finally:
-        if scheduling() != (policy, priority):
-            os.sched_setscheduler(0, policy, os.sched_param(priority))
+from fixtures.scheduling import scheduling, scheduling_kept  # noqa: F401  (the tests use both)
 
 
 def _normal_scheduling():

@@ -5,132 +5,14 @@ rosbags' writer: joints at 500 Hz, a camera at 30 Hz and force/torque at
 import numpy as np
 import pytest
 import torch
-from rosbags.rosbag2 import StoragePlugin, Writer
-from rosbags.typesys import Stores, get_typestore
 
-from robocache.data import LoaderError, load_bag
+pytest.importorskip("rosbags", reason="the bags extra: pip install robocache[bags]")
 
-TS = get_typestore(Stores.ROS2_HUMBLE)
-T0 = 1_700_000_000 * 10**9
-MS = 1_000_000
+from fixtures.bags import MS, T0, TOPICS, TS, header, write_bag  # noqa: E402
+from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: E402
+from rosbags.typesys import Stores, get_typestore  # noqa: E402
 
-
-def header(t, frame="base"):
-    return TS.types["std_msgs/msg/Header"](
-        stamp=TS.types["builtin_interfaces/msg/Time"](sec=t // 10**9, nanosec=t % 10**9),
-        frame_id=frame,
-    )
-
-
-def clock(rate_hz, seconds, rng, pause=False):
-    n = int(rate_hz * seconds)
-    t = np.arange(n) * (10**9 // rate_hz) + rng.integers(
-        -(10**9 // rate_hz) // 10, (10**9 // rate_hz) // 10, n
-    )
-    keep = rng.random(n) > 0.05  # dropped messages
-    t = np.sort(t[keep]).astype(np.int64)
-    return t + np.where(pause & (t > seconds * 5e8), 10**9, 0)
-
-
-def write_bag(path, storage, seconds=0.4, pause=False, marks=()):
-    """With pause, the second half of the recording comes 1 s later; marks
-    (ns after the start) are PointStamped messages on /episode_start."""
-    rng = np.random.default_rng()
-    written = {
-        "/joint_states.position": [],
-        "/wrench.wrench.force": [],
-        "/wrench.wrench.torque": [],
-        "/camera/image.image": [],
-    }
-    stamps = {k: [] for k in written}
-    JointState, Wrench, Vector3 = (
-        TS.types["sensor_msgs/msg/JointState"],
-        TS.types["geometry_msgs/msg/Wrench"],
-        TS.types["geometry_msgs/msg/Vector3"],
-    )
-    WrenchStamped, Image = (
-        TS.types["geometry_msgs/msg/WrenchStamped"],
-        TS.types["sensor_msgs/msg/Image"],
-    )
-    messages = []
-    for t in clock(500, seconds, rng, pause):
-        q = rng.standard_normal(7)
-        messages.append(
-            (
-                "/joint_states",
-                "sensor_msgs/msg/JointState",
-                T0 + int(t),
-                JointState(
-                    header=header(T0 + int(t)),
-                    name=[f"j{i}" for i in range(7)],
-                    position=q,
-                    velocity=np.zeros(7),
-                    effort=np.zeros(7),
-                ),
-            )
-        )
-        written["/joint_states.position"].append(q)
-        stamps["/joint_states.position"].append(T0 + int(t))
-    for t in clock(1000, seconds, rng, pause):
-        f, tq = rng.standard_normal(3), rng.standard_normal(3)
-        messages.append(
-            (
-                "/wrench",
-                "geometry_msgs/msg/WrenchStamped",
-                T0 + int(t),
-                WrenchStamped(
-                    header=header(T0 + int(t)),
-                    wrench=Wrench(force=Vector3(*f), torque=Vector3(*tq)),
-                ),
-            )
-        )
-        written["/wrench.wrench.force"].append(f)
-        written["/wrench.wrench.torque"].append(tq)
-        stamps["/wrench.wrench.force"].append(T0 + int(t))
-        stamps["/wrench.wrench.torque"].append(T0 + int(t))
-    for t in clock(30, seconds, rng, pause):
-        img = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
-        messages.append(
-            (
-                "/camera/image",
-                "sensor_msgs/msg/Image",
-                T0 + int(t),
-                Image(
-                    header=header(T0 + int(t)),
-                    height=6,
-                    width=8,
-                    encoding="rgb8",
-                    is_bigendian=0,
-                    step=24,
-                    data=img.reshape(-1),
-                ),
-            )
-        )
-        written["/camera/image.image"].append(img)
-        stamps["/camera/image.image"].append(T0 + int(t))
-    PointStamped, Point = (
-        TS.types["geometry_msgs/msg/PointStamped"],
-        TS.types["geometry_msgs/msg/Point"],
-    )
-    for t in marks:
-        mark = PointStamped(header=header(T0 + int(t)), point=Point(x=0.0, y=0.0, z=0.0))
-        messages.append(("/episode_start", "geometry_msgs/msg/PointStamped", T0 + int(t), mark))
-    log_delay = 3 * MS  # logged a little after acquisition
-    messages.sort(key=lambda m: m[2])
-    with Writer(path, version=8, storage_plugin=storage) as writer:
-        conns = {}
-        for topic, msgtype, t, msg in messages:
-            if topic not in conns:
-                conns[topic] = writer.add_connection(topic, msgtype, typestore=TS)
-            writer.write(conns[topic], t + log_delay, TS.serialize_cdr(msg, msgtype))
-    return {k: np.stack(v) for k, v in written.items()}, {k: np.array(v) for k, v in stamps.items()}
-
-
-TOPICS = {
-    "/joint_states": "position",
-    "/wrench": ["wrench.force", "wrench.torque"],
-    "/camera/image": "image",
-}
+from robocache.data import LoaderError, load_bag  # noqa: E402
 
 
 @pytest.mark.parametrize("storage", [StoragePlugin.SQLITE3, StoragePlugin.MCAP])

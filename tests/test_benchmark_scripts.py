@@ -1,6 +1,10 @@
-"""The profiling scripts in benchmark/ stay runnable: each answers --help, and
-where no GPU with robocache's CUDA kernels is present it says so and exits
-instead of failing with a traceback."""
+"""The scripts in benchmark/ stay runnable: each answers --help, the GPU-only
+ones say so and exit where no GPU with robocache's CUDA kernels is present,
+and the others run small on the CPU.
+
+They run as ``python -m benchmark.<script>`` from a folder holding only the
+``benchmark`` and ``tests/fixtures`` packages (links to the checkout's), so
+that ``robocache`` is the package under test, not the checkout's sources."""
 
 import json
 import os
@@ -13,50 +17,68 @@ from helpers import run_session
 
 import robocache
 
-BENCHMARK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmark")
-SCRIPTS = ["bwd_kernels.py", "voxel_kernels.py", "ncu_cases.py"]
-ALL_SCRIPTS = SCRIPTS + ["sampler.py", "ingest.py", "e2e.py"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPU_ONLY = [("ops", "kernels"), ("ops", "ncu")]
+SCRIPTS = ["ops", "sampler", "ingest", "e2e"]
 
 
-def _run(script, *args):
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A folder where ``benchmark`` and ``tests.fixtures`` import, and nothing else."""
+    folder = tmp_path_factory.mktemp("benchmarks")
+    os.symlink(os.path.join(ROOT, "benchmark"), folder / "benchmark")
+    (folder / "tests").mkdir()
+    os.symlink(os.path.join(ROOT, "tests", "fixtures"), folder / "tests" / "fixtures")
+    return folder
+
+
+def _needs(extra, *modules):
+    """Skips, naming the extra, where one of the modules does not import."""
+    for module in modules:
+        pytest.importorskip(module, reason=f"the {extra} extra: pip install robocache[{extra}]")
+
+
+def _command(script, *args):
+    return [sys.executable, "-m", f"benchmark.{script}", *args]
+
+
+def _run(workdir, script, *args):
     return subprocess.run(
-        [sys.executable, os.path.join(BENCHMARK, script), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
+        _command(script, *args), capture_output=True, text=True, timeout=300, cwd=workdir
     )
 
 
-@pytest.mark.parametrize("script", ALL_SCRIPTS)
-def test_help(script):
-    r = _run(script, "--help")
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help(workdir, script):
+    r = _run(workdir, script, "--help")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("usage: " + script), r.stdout
+    assert r.stdout.startswith(f"usage: python -m benchmark.{script}"), r.stdout
 
 
 @pytest.mark.skipif(
     torch.cuda.is_available() and robocache.is_cuda_available(),
     reason="a GPU is present: the scripts would run in full",
 )
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_without_gpu_exits_clearly(script):
-    r = _run(script)
+@pytest.mark.parametrize("script", GPU_ONLY)
+def test_without_gpu_exits_clearly(workdir, script):
+    r = _run(workdir, *script)
     assert r.returncode == 1
     assert "Traceback" not in r.stderr, r.stderr
     assert "needs a CUDA GPU" in r.stderr or "built without CUDA kernels" in r.stderr, r.stderr
 
 
-def test_ncu_cases_rejects_unknown_kind():
-    r = _run("ncu_cases.py", "resampel")
+def test_ncu_cases_rejects_unknown_kind(workdir):
+    r = _run(workdir, "ops", "ncu", "resampel")
     assert r.returncode == 2
     assert "'resampel'" in r.stderr and "resample, fuse, voxelize" in r.stderr, r.stderr
 
 
-def test_sampler_benchmark_runs_small_on_any_device(tmp_path):
+def test_sampler_benchmark_runs_small_on_any_device(workdir, tmp_path):
     # The sampler benchmark runs where it is (a GPU or the CPU); --small is its smoke run.
     out = tmp_path / "rows.json"
     r = _run(
-        "sampler.py",
+        workdir,
+        "sampler",
         "--small",
         "--device",
         "cpu",
@@ -76,9 +98,10 @@ def test_sampler_benchmark_runs_small_on_any_device(tmp_path):
     assert all(row["robocache_s"] > 0 and row["dataloader_0_workers_s"] > 0 for row in rows)
 
 
-def test_ingest_benchmark_runs_small(tmp_path):
+def test_ingest_benchmark_runs_small(workdir, tmp_path):
+    _needs("all", "av", "pyarrow", "h5py", "zarr", "tfrecord", "PIL", "rosbags")
     out = tmp_path / "rows.json"
-    r = _run("ingest.py", "--small", "--json", str(out))
+    r = _run(workdir, "ingest", "--small", "--json", str(out))
     assert r.returncode == 0, r.stderr
     rows = json.loads(out.read_text())["rows"]
     formats = [row["format"] for row in rows]
@@ -93,10 +116,11 @@ def test_ingest_benchmark_runs_small(tmp_path):
     assert rows[0]["per_sample_decode_frames_per_s"] > 0
 
 
-def test_e2e_benchmark_runs_small(tmp_path):
+def test_e2e_benchmark_runs_small(workdir, tmp_path):
+    _needs("lerobot", "av", "pyarrow")
     out = tmp_path / "rows.json"
     r = _run(
-        "e2e.py", "--small", "--device", "cpu", "--policy", "small", "--workers", "0",
+        workdir, "e2e", "--small", "--device", "cpu", "--policy", "small", "--workers", "0",
         "--blocks", "2", "--json", str(out), "--md", str(tmp_path / "table.md"),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -111,21 +135,22 @@ def test_e2e_benchmark_runs_small(tmp_path):
     assert "| robocache |" in (tmp_path / "table.md").read_text()
 
 
-def test_e2e_benchmark_refuses_no_blocks():
-    r = _run("e2e.py", "--small", "--device", "cpu", "--blocks", "0")
+def test_e2e_benchmark_refuses_no_blocks(workdir):
+    r = _run(workdir, "e2e", "--small", "--device", "cpu", "--blocks", "0")
     assert r.returncode == 2
     assert "--blocks must be >= 1; got 0" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-def test_e2e_benchmark_runs_under_torchrun_with_two_ranks(tmp_path):
+def test_e2e_benchmark_runs_under_torchrun_with_two_ranks(workdir, tmp_path):
+    _needs("lerobot", "av", "pyarrow")
     out = tmp_path / "rows.json"
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        os.path.join(BENCHMARK, "e2e.py"), "--small", "--device", "cpu", "--policy", "small",
+        "-m", "benchmark.e2e", "--small", "--device", "cpu", "--policy", "small",
         "--data", str(tmp_path / "data"), "--json", str(out),
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    r = run_session(command, timeout=300, env=env)
+    r = run_session(command, timeout=300, env=env, cwd=workdir)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["world_size"] == 2
@@ -135,11 +160,11 @@ def test_e2e_benchmark_runs_under_torchrun_with_two_ranks(tmp_path):
         assert row["samples_per_s"] > 0
 
 
-def test_e2e_benchmark_runs_small_on_the_multi_rate_logs(tmp_path):
-    pytest.importorskip("mcap_protobuf", reason="the mcap extra: pip install robocache[mcap]")
+def test_e2e_benchmark_runs_small_on_the_multi_rate_logs(workdir, tmp_path):
+    _needs("mcap", "mcap_protobuf", "PIL")
     out = tmp_path / "rows.json"
     r = _run(
-        "e2e.py", "--dataset", "mcap", "--small", "--device", "cpu", "--policy", "dp",
+        workdir, "e2e", "--dataset", "mcap", "--small", "--device", "cpu", "--policy", "dp",
         "--workers", "0", "--json", str(out),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -153,30 +178,29 @@ def test_e2e_benchmark_runs_small_on_the_multi_rate_logs(tmp_path):
     assert all(row["step_s"] > 0 and row["efficiency"] > 0 for row in result["rows"])
 
 
-def test_e2e_multi_rate_peer_cuts_the_samplers_windows(tmp_path):
+def test_e2e_multi_rate_peer_cuts_the_samplers_windows(workdir, tmp_path, monkeypatch):
     """The in-RAM peer of the MCAP variant must compute what robocache does,
     or the comparison means nothing."""
-    pytest.importorskip("mcap_protobuf", reason="the mcap extra: pip install robocache[mcap]")
-    sys.path.insert(0, BENCHMARK)
-    try:
-        import e2e_mcap
-    finally:
-        sys.path.remove(BENCHMARK)
+    _needs("mcap", "mcap_protobuf", "PIL")
+    monkeypatch.syspath_prepend(str(workdir))  # the benchmark package, in this process
+    from fixtures.mcap import write_robot_logs
+
+    from benchmark import e2e_loaders as e2e
     from robocache.data import WindowSampler, load_mcap
 
-    paths = e2e_mcap.write_bags(tmp_path, episodes=2, seconds=2.0, size=8, seed=3)
-    store = load_mcap(paths, e2e_mcap.TOPICS, progress=False)
-    assert store[e2e_mcap.JOINTS].values.shape[1:] == (7,)
-    assert store[e2e_mcap.CAMERA].values.shape[1:] == (8, 8, 3)
-    sampler = WindowSampler(store, e2e_mcap.DELTAS, anchor=e2e_mcap.CAMERA)
-    peer = e2e_mcap.PerSampleMultiRate(store)
+    paths = write_robot_logs(tmp_path, episodes=2, seconds=2.0, size=8, rates=e2e.LOG_RATES, seed=3)
+    store = load_mcap(paths, e2e.LOG_TOPICS, progress=False)
+    assert store[e2e.JOINTS].values.shape[1:] == (7,)
+    assert store[e2e.CAMERA].values.shape[1:] == (8, 8, 3)
+    sampler = WindowSampler(store, e2e.LOG_DELTAS, anchor=e2e.CAMERA)
+    peer = e2e.PerSampleMultiRate(store)
     anchors = torch.arange(len(peer))
     ours = sampler.batch_at(anchors)
     theirs = torch.utils.data.default_collate([peer[i] for i in anchors.tolist()])
-    for key in e2e_mcap.DELTAS:
+    for key in e2e.LOG_DELTAS:
         assert torch.equal(ours[f"{key}_is_pad"], theirs[f"{key}_is_pad"]), key
         assert torch.equal(ours[key], theirs[key]), key
-    assert ours[f"{e2e_mcap.JOINTS}_is_pad"].any()  # the action chunk runs past the ends
-    batch = e2e_mcap.policy_batch(ours)
-    assert batch["observation.state"].shape == (len(peer), 2, e2e_mcap.STATE_DIM)
+    assert ours[f"{e2e.JOINTS}_is_pad"].any()  # the action chunk runs past the ends
+    batch = e2e.log_policy_batch(ours)
+    assert batch["observation.state"].shape == (len(peer), 2, e2e.LOG_STATE_DIM)
     assert batch["action"].shape == (len(peer), 16, 7)

@@ -2,164 +2,23 @@
 following the format (meta/info.json, meta/episodes, meta/tasks, data and
 video files holding many episodes each)."""
 
-import io
 import json
 import os
 
-import av
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
-from helpers import scheduling, scheduling_kept
-from PIL import Image
 
-from robocache.data import LoaderError, WindowSampler, load_lerobot
+pytest.importorskip("av", reason="the lerobot extra: pip install robocache[lerobot]")
+pytest.importorskip("pyarrow", reason="the lerobot extra: pip install robocache[lerobot]")
 
-FPS = 10
-SIZE = (64, 64)  # (H, W); SVT-AV1 wants frames of at least 64 x 64
+import av  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from fixtures.lerobot import FPS, SIZE, decode_all, encode, write_lerobot  # noqa: E402
+from fixtures.scheduling import scheduling  # noqa: E402
 
-
-def encode(path, frames, codec):
-    """As LeRobot encodes: yuv420p, a keyframe every 2 frames, crf 30. The
-    caller's CPU scheduling is kept (SVT-AV1, run as root, makes it real-time:
-    see helpers.scheduling_kept)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with scheduling_kept(), av.open(str(path), "w", format="mp4") as container:
-        stream = container.add_stream(codec, rate=FPS, options={"g": "2", "crf": "30"})
-        stream.height, stream.width = frames.shape[1:3]
-        stream.pix_fmt = "yuv420p"
-        for image in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-
-
-def write_lerobot(
-    root,
-    lengths=(5, 1, 8),
-    codec="libsvtav1",
-    images_as="video",
-    size=SIZE,
-    cameras=("top",),
-    state_dim=4,
-    action_dim=2,
-):
-    """A v3 dataset: one data file, and per camera one video file holding
-    every episode; with images_as="png", the frames are PNG image structs in
-    the data file instead (use_videos=False). Every camera gets the same
-    frames (the first camera's are returned)."""
-    rng = np.random.default_rng()
-    n = sum(lengths)
-    state = rng.standard_normal((n, state_dim)).astype(np.float32)
-    action = rng.standard_normal((n, action_dim)).astype(np.float32)
-    episode = np.repeat(np.arange(len(lengths)), lengths)
-    frame = np.concatenate([np.arange(k) for k in lengths])
-    timestamp = (frame / FPS).astype(np.float32)
-    tasks = ["pick the cube", "open the drawer"]
-    task = episode % 2
-    columns = {
-        "observation.state": pa.array(list(state), type=pa.list_(pa.float32(), state_dim)),
-        "action": pa.array(list(action), type=pa.list_(pa.float32(), action_dim)),
-        "timestamp": timestamp,
-        "frame_index": frame,
-        "episode_index": episode,
-        "index": np.arange(n),
-        "task_index": task,
-    }
-    # Smooth images (they survive lossy coding), different in every frame.
-    H, W = size
-    ramp = np.linspace(0, 1, W)[None, :, None]
-    images = np.stack(
-        [(40 + 15 * (i % 12) + 60 * ramp * np.ones((H, 1, 3))).astype(np.uint8) for i in range(n)]
-    )
-    keys = [f"observation.images.{c}" for c in cameras]
-    for key in keys:
-        if images_as == "png":
-            columns[key] = pa.array(
-                [{"bytes": png(image), "path": None} for image in images],
-                type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]),
-            )
-        else:
-            encode(root / f"videos/{key}/chunk-000/file-000.mp4", images, codec)
-    (root / "data/chunk-000").mkdir(parents=True)
-    pq.write_table(pa.table(columns), root / "data/chunk-000/file-000.parquet")
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    rows = {
-        "episode_index": list(range(len(lengths))),
-        "tasks": [[tasks[e % 2]] for e in range(len(lengths))],
-        "length": list(lengths),
-        "data/chunk_index": [0] * len(lengths),
-        "data/file_index": [0] * len(lengths),
-        "dataset_from_index": [int(s) for s in starts],
-        "dataset_to_index": [int(s + k) for s, k in zip(starts, lengths)],
-    }
-    features = {
-        "observation.state": {"dtype": "float32", "shape": [state_dim], "names": None},
-        "action": {"dtype": "float32", "shape": [action_dim], "names": None},
-    }
-    for key in keys:
-        features[key] = {
-            "dtype": "image" if images_as == "png" else "video",
-            "shape": [H, W, 3],
-            "names": ["height", "width", "channel"],
-        }
-        if images_as == "png":
-            continue
-        features[key]["info"] = {
-            "video.codec": "av1" if codec == "libsvtav1" else "h264",
-            "video.fps": FPS,
-        }
-        rows[f"videos/{key}/chunk_index"] = [0] * len(lengths)
-        rows[f"videos/{key}/file_index"] = [0] * len(lengths)
-        rows[f"videos/{key}/from_timestamp"] = [float(s / FPS) for s in starts]
-        rows[f"videos/{key}/to_timestamp"] = [float((s + k) / FPS) for s, k in zip(starts, lengths)]
-    (root / "meta/episodes/chunk-000").mkdir(parents=True)
-    pq.write_table(pa.table(rows), root / "meta/episodes/chunk-000/file-000.parquet")
-    pq.write_table(pa.table({"task": tasks, "task_index": [0, 1]}), root / "meta/tasks.parquet")
-    for name, dtype in (
-        ("timestamp", "float32"),
-        ("frame_index", "int64"),
-        ("episode_index", "int64"),
-        ("index", "int64"),
-        ("task_index", "int64"),
-    ):
-        features[name] = {"dtype": dtype, "shape": [1], "names": None}
-    info = {
-        "codebase_version": "v3.0",
-        "fps": FPS,
-        "total_episodes": len(lengths),
-        "total_tasks": len(tasks),
-        "total_frames": n,
-        "chunks_size": 1000,
-        "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-        "video_path": None
-        if images_as == "png"
-        else "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
-        "features": features,
-    }
-    (root / "meta/info.json").write_text(json.dumps(info))
-    return {
-        "state": state,
-        "action": action,
-        "timestamp": timestamp,
-        "images": images,
-        "lengths": lengths,
-        "tasks": tasks,
-    }
-
-
-def png(image):
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def decode_all(path):
-    with av.open(str(path)) as container:
-        return [(f.time, f.to_ndarray(format="rgb24")) for f in container.decode(video=0)]
+from robocache.data import LoaderError, WindowSampler, load_lerobot  # noqa: E402
 
 
 @pytest.mark.parametrize("codec", ["libsvtav1", "libx264"])

@@ -1,137 +1,17 @@
 """load_rlds on RLDS shards written here with the tfrecord package's writer
 (tf.train.Example episodes) and a TFDS features.json."""
 
-import io
-import json
-
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-from tfrecord import TFRecordWriter
 
-from robocache.data import LoaderError, load_rlds
+pytest.importorskip("tfrecord", reason="the rlds extra: pip install robocache[rlds]")
+pytest.importorskip("PIL", reason="the rlds extra: pip install robocache[rlds]")
 
-FPS = 5
+from fixtures.images import jpeg  # noqa: E402
+from fixtures.rlds import FPS, write_rlds  # noqa: E402
 
-
-def tensor(shape, dtype):
-    return {
-        "pythonClassName": "tensorflow_datasets.core.features.tensor_feature.Tensor",
-        "tensor": {
-            "shape": {"dimensions": [str(d) for d in shape]},
-            "dtype": dtype,
-            "encoding": "none",
-        },
-    }
-
-
-def features_json():
-    observation = {
-        "featuresDict": {
-            "features": {
-                "image": {
-                    "pythonClassName": "tensorflow_datasets.core.features.image_feature.Image",
-                    "image": {
-                        "shape": {"dimensions": ["8", "10", "3"]},
-                        "dtype": "uint8",
-                        "encodingFormat": "png",
-                    },
-                },
-                "state": tensor([6], "float32"),
-            }
-        }
-    }
-    steps = {
-        "featuresDict": {
-            "features": {
-                "observation": observation,
-                "action": tensor([3], "float32"),
-                "reward": tensor([], "float32"),
-                "is_first": tensor([], "bool"),
-                "language_instruction": {
-                    "pythonClassName": "tensorflow_datasets.core.features.text_feature.Text",
-                    "text": {},
-                },
-            }
-        }
-    }
-    return {
-        "pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
-        "featuresDict": {
-            "features": {
-                "steps": {
-                    "pythonClassName": "tensorflow_datasets.core.features.dataset_feature.Dataset",
-                    "sequence": {"feature": steps, "length": "-1"},
-                }
-            }
-        },
-    }
-
-
-def png(image):
-    buf = io.BytesIO()
-    Image.fromarray(image).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def jpeg(image, subsampling=0):
-    """subsampling 0: full-resolution chroma (4:4:4); 2: 4:2:0, as cameras write."""
-    buf = io.BytesIO()
-    Image.fromarray(image).save(buf, format="JPEG", quality=95, subsampling=subsampling)
-    return buf.getvalue()
-
-
-def smooth_frames(n, rng):
-    """n camera-like (8, 10, 3) frames: brightness ramps, no pixel noise."""
-    y, x = np.mgrid[0:8, 0:10]
-    base = rng.integers(30, 120, (n, 1, 1, 3))
-    return np.clip(base + 9 * x[..., None] + 7 * y[..., None], 0, 255).astype(np.uint8)
-
-
-def write_rlds(root, lengths=(3, 1, 5), shards=2, encode=png, smooth=False):
-    rng = np.random.default_rng()
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "features.json").write_text(json.dumps(features_json()))
-    episodes = []
-    for e, n in enumerate(lengths):
-        episodes.append(
-            {
-                "observation/image": (
-                    smooth_frames(n, rng)
-                    if smooth
-                    else rng.integers(0, 256, (n, 8, 10, 3), dtype=np.uint8)
-                ),
-                "observation/state": rng.standard_normal((n, 6)).astype(np.float32),
-                "action": rng.standard_normal((n, 3)).astype(np.float32),
-                "reward": rng.standard_normal(n).astype(np.float32),
-                "is_first": np.arange(n) == 0,
-                "task": f"task {e}",
-            }
-        )
-    per_shard = -(-len(episodes) // shards)
-    for s in range(shards):
-        writer = TFRecordWriter(str(root / f"demo-train.tfrecord-{s:05d}-of-{shards:05d}"))
-        for ep in episodes[s * per_shard : (s + 1) * per_shard]:
-            n = len(ep["action"])
-            writer.write(
-                {
-                    "steps/observation/image": (
-                        [encode(im) for im in ep["observation/image"]],
-                        "byte",
-                    ),
-                    "steps/observation/state": (
-                        ep["observation/state"].reshape(-1).tolist(),
-                        "float",
-                    ),
-                    "steps/action": (ep["action"].reshape(-1).tolist(), "float"),
-                    "steps/reward": (ep["reward"].tolist(), "float"),
-                    "steps/is_first": (ep["is_first"].astype(int).tolist(), "int"),
-                    "steps/language_instruction": ([ep["task"].encode()] * n, "byte"),
-                }
-            )
-        writer.close()
-    return episodes
+from robocache.data import LoaderError, load_rlds  # noqa: E402
 
 
 def test_rlds_round_trip_is_exact(tmp_path):

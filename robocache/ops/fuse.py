@@ -206,8 +206,7 @@ class _Fuse(SingleLevelFunction):
     @staticmethod
     def forward(K, *flat):
         values, times = list(flat[:K]), list(flat[K : 2 * K])
-        query_times, lengths, modes = flat[2 * K :]
-        return below_autograd(OPS.fuse, values, times, query_times, lengths, modes)
+        return below_autograd(OPS.fuse, values, times, *flat[2 * K :])
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -273,17 +272,8 @@ class _FuseBackward(SingleLevelFunction):
     @staticmethod
     def forward(K, grad_out, *flat):
         values, times = list(flat[:K]), list(flat[K : 2 * K])
-        query_times, lengths, modes, values_grad, query_grad = flat[2 * K :]
         grad_values, grad_query = below_autograd(
-            OPS._fuse_backward,
-            grad_out,
-            values,
-            times,
-            query_times,
-            lengths,
-            modes,
-            values_grad,
-            query_grad,
+            OPS._fuse_backward, grad_out, values, times, *flat[2 * K :]
         )
         return (*grad_values, grad_query)
 

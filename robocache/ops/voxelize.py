@@ -196,51 +196,29 @@ def _check_grid_tensors(voxel_size, origin):
 
 
 class _Voxelize(SingleLevelFunction):
+    # Arguments: points, features, lengths, then the grid (grid_size,
+    # voxel_size, origin, reduce), then voxel_size_tensor and origin_tensor.
     @staticmethod
-    def forward(
-        points, features, lengths, grid_size, voxel_size, origin, reduce, voxel_t, origin_t
-    ):
-        return below_autograd(
-            OPS.voxelize,
-            points,
-            features,
-            lengths,
-            grid_size,
-            voxel_size,
-            origin,
-            reduce,
-            voxel_t,
-            origin_t,
-        )
+    def forward(*args):
+        return below_autograd(OPS.voxelize, *args)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        points, features, lengths, grid_size, voxel_size, origin, reduce, voxel_t, origin_t = inputs
-        ctx.args = (grid_size, voxel_size, origin, reduce)
-        result = output if reduce == "max" else None
+        points, features, lengths, *grid, voxel_t, origin_t = inputs
+        ctx.grid = tuple(grid)
+        result = output if ctx.grid[3] == "max" else None
         ctx.save_for_backward(points, features, lengths, result, voxel_t, origin_t)
         ctx.save_for_forward(points, features, lengths, voxel_t, origin_t)
 
     @staticmethod
     def backward(ctx, grad):
         points, features, lengths, result, voxel_t, origin_t = ctx.saved_tensors
-        grid_size, voxel_size, origin, reduce = ctx.args
         grad_features = None
         if ctx.needs_input_grad[1]:
             if result is None:
                 result = grad  # only max reads it; this keeps the schema's shape check simple
             grad_features = OPS._voxelize_backward(
-                grad,
-                points,
-                features,
-                lengths,
-                grid_size,
-                voxel_size,
-                origin,
-                reduce,
-                result,
-                voxel_t,
-                origin_t,
+                grad, points, features, lengths, *ctx.grid, result, voxel_t, origin_t
             )
         # points, voxel sizes and origins: the result is piecewise constant in
         # them, so their gradient is zero wherever it exists.
@@ -249,62 +227,35 @@ class _Voxelize(SingleLevelFunction):
     @staticmethod
     def jvp(ctx, points_t, features_t, *rest):
         points, features, lengths, voxel_t, origin_t = ctx.saved_tensors
-        grid_size, voxel_size, origin, reduce = ctx.args
         if features_t is None:
             features_t = torch.zeros_like(features) if features is not None else None
         if features_t is None:  # occupancy, count: no float result to carry a tangent
             return None
-        if reduce == "max":
+        if ctx.grid[3] == "max":
             raise RuntimeError(
                 "robocache.voxelize: forward-mode AD (torch.func.jvp, jacfwd) is "
                 "not supported for reduce='max'; use reverse mode (jacrev)"
             )
-        return OPS.voxelize(
-            points, features_t, lengths, grid_size, voxel_size, origin, reduce, voxel_t, origin_t
-        )
+        return OPS.voxelize(points, features_t, lengths, *ctx.grid, voxel_t, origin_t)
 
 
 class _VoxelizeBackward(SingleLevelFunction):
+    # Arguments: grad, points, features, lengths, the grid (4), result,
+    # voxel_size_tensor and origin_tensor.
     @staticmethod
-    def forward(
-        grad,
-        points,
-        features,
-        lengths,
-        grid_size,
-        voxel_size,
-        origin,
-        reduce,
-        result,
-        voxel_t,
-        origin_t,
-    ):
-        return below_autograd(
-            OPS._voxelize_backward,
-            grad,
-            points,
-            features,
-            lengths,
-            grid_size,
-            voxel_size,
-            origin,
-            reduce,
-            result,
-            voxel_t,
-            origin_t,
-        )
+    def forward(*args):
+        return below_autograd(OPS._voxelize_backward, *args)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        grad, points, features, lengths, grid_size, voxel_size, origin, reduce = inputs[:8]
-        ctx.args = (grid_size, voxel_size, origin, reduce)
-        ctx.save_for_backward(points, lengths, inputs[9], inputs[10])
+        _, points, _, lengths, *grid, _, voxel_t, origin_t = inputs
+        ctx.grid = tuple(grid)
+        ctx.save_for_backward(points, lengths, voxel_t, origin_t)
 
     @staticmethod
     def backward(ctx, up):
         points, lengths, voxel_t, origin_t = ctx.saved_tensors
-        grid_size, voxel_size, origin, reduce = ctx.args
-        if reduce == "max":
+        if ctx.grid[3] == "max":
             raise RuntimeError(
                 "robocache.voxelize: double backward is not supported for reduce='max' (the "
                 "gradient's routing to each voxel's winning point is not differentiable); "
@@ -315,9 +266,7 @@ class _VoxelizeBackward(SingleLevelFunction):
         # the features and results. Its adjoint scatters back: voxelize itself.
         d_grad = None
         if ctx.needs_input_grad[0]:
-            d_grad = OPS.voxelize(
-                points, up, lengths, grid_size, voxel_size, origin, reduce, voxel_t, origin_t
-            )
+            d_grad = OPS.voxelize(points, up, lengths, *ctx.grid, voxel_t, origin_t)
         return (d_grad,) + (None,) * 10
 
 

@@ -96,20 +96,11 @@ def sample_windows(
 
 
 class _SampleWindows(SingleLevelFunction):
+    # Arguments: values, then the windows (times, offsets, episode,
+    # query_times), then the rule (mode, interval, tolerance, edge_tolerance).
     @staticmethod
-    def forward(values, times, offsets, episode, query_times, mode, interval, tol, edge_tol):
-        return below_autograd(
-            OPS.sample_windows,
-            values,
-            times,
-            offsets,
-            episode,
-            query_times,
-            mode,
-            interval,
-            tol,
-            edge_tol,
-        )
+    def forward(*args):
+        return below_autograd(OPS.sample_windows, *args)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -122,43 +113,24 @@ class _SampleWindows(SingleLevelFunction):
 
     @staticmethod
     def backward(ctx, grad, _is_pad, _age):
-        times, offsets, episode, query_times = ctx.saved_tensors
         grad_values = None
         if ctx.needs_input_grad[0]:
             grad_values = OPS._sample_windows_backward(
-                grad.contiguous(),
-                times,
-                offsets,
-                episode,
-                query_times,
-                *ctx.args,
-                ctx.num_values,
+                grad.contiguous(), *ctx.saved_tensors, *ctx.args, ctx.num_values
             )
         return (grad_values,) + (None,) * 8
 
     @staticmethod
     def jvp(ctx, values_t, *rest):
-        times, offsets, episode, query_times = ctx.saved_tensors
-        out_t, _, _ = OPS.sample_windows(values_t, times, offsets, episode, query_times, *ctx.args)
+        out_t, _, _ = OPS.sample_windows(values_t, *ctx.saved_tensors, *ctx.args)
         return out_t, None, None
 
 
 class _SampleWindowsBackward(SingleLevelFunction):
+    # Arguments: grad, the windows (4), the rule (4), num_values.
     @staticmethod
-    def forward(grad, times, offsets, episode, query_times, mode, interval, tol, edge_tol, n):
-        return below_autograd(
-            OPS._sample_windows_backward,
-            grad,
-            times,
-            offsets,
-            episode,
-            query_times,
-            mode,
-            interval,
-            tol,
-            edge_tol,
-            n,
-        )
+    def forward(*args):
+        return below_autograd(OPS._sample_windows_backward, *args)
 
     @staticmethod
     def setup_context(ctx, inputs, output):

@@ -73,7 +73,7 @@ def image_layout(key, shape):
         raise ValueError(
             f"{_WHERE}: images: the frames of {key!r} are {tuple(shape)}, which could be (H, W, "
             f"C) or (C, H, W); give that key images='uint8' or 'float' (images={{{key!r}: "
-            "'float'}}), which keep the stored layout"
+            "'float'}), which keep the stored layout"
         )
     return "hwc" if last else "chw" if first else None
 
@@ -154,15 +154,14 @@ def image_form_of(images, key):
 
 def _plan_image(plan, values, form):
     """``float``: uint8 frames to float32 in [0, 1]; ``float_chw``: that, and
-    (H, W, C) frames to (C, H, W), float frames included. Keys that are not
-    frames (a sample of 1, 2 or 4+ dimensions without a channel axis) are
-    left as stored."""
-    if form == "uint8" or values.dim() < 3:
+    (H, W, C) frames to (C, H, W), float frames included. Frames are samples
+    of 2 dimensions (grey) or 3; other keys are left as stored."""
+    if form == "uint8" or values.dim() not in (3, 4):
         return
-    layout = image_layout(plan.key, values.shape[1:]) if values.dim() == 4 else None
-    frames = layout is not None or values.dim() == 3  # (H, W) grey frames have no channel axis
-    plan.to_float = frames and values.dtype == torch.uint8
-    plan.to_chw = form == "float_chw" and layout == "hwc"
+    # (H, W) grey frames, and (H, W, C) or (C, H, W) frames in either layout.
+    plan.to_float = values.dtype == torch.uint8
+    if form == "float_chw" and values.dim() == 4:
+        plan.to_chw = image_layout(plan.key, values.shape[1:]) == "hwc"
 
 
 def _normalizer(key, stream, how):

@@ -1,4 +1,4 @@
-"""Regression tests for what a hostile user broke (issue 16): higher-order and
+"""What a hostile user tries: higher-order and
 torch.func derivatives, non-finite data, overflow, and argument errors."""
 
 import numpy as np

@@ -434,8 +434,8 @@ def test_gradcheck_long_rows_sorted_queries(device, mode):
 
 
 def test_times_gradient_matches_reference(device):
-    """A times that requires grad gets the true gradient (it used to get
-    None, silently): -(1 - w) and -w times the slope, to the segment's ends."""
+    """A times that requires grad gets the true gradient, never None:
+    -(1 - w) and -w times the slope, to the segment's ends."""
     values = torch.randn(2, 6, 3, device=device, dtype=torch.float64)
     times = sorted_times(2, 6, torch.float64, device).requires_grad_()
     query = query_times(2, 9, torch.float64, device)

@@ -3,7 +3,7 @@ the reference (robocache.reference.sample_windows) on fresh random data."""
 
 import pytest
 import torch
-from conftest import requires_cuda
+from conftest import DEVICES, requires_cuda
 from torch.testing import assert_close
 
 import robocache
@@ -346,3 +346,19 @@ def test_extreme_times_do_not_overflow():
         expected = reference.sample_windows(values, times, offsets, episode, q, mode)
         for g, e in zip(got, expected):
             assert torch.equal(g, e), mode
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_tie_rule_of_repeated_times(device):
+    """Several samples at one time t: a query at or after t reads the last of
+    them; a query before t that nearest rounds up to t reads the first."""
+    values = torch.arange(5.0, device=device).view(5, 1)
+    times = torch.tensor([0, 10, 10, 10, 20], device=device)
+    offsets, episode = torch.tensor([0, 5], device=device), torch.tensor([0], device=device)
+    query = torch.tensor([[9, 10, 11, 14, 16]], device=device)
+    expected = {"nearest": [1.0, 3.0, 3.0, 3.0, 4.0], "previous": [0.0, 3.0, 3.0, 3.0, 3.0]}
+    for mode, want in expected.items():
+        out, _, _ = robocache.sample_windows(values, times, offsets, episode, query, mode)
+        assert out.flatten().tolist() == want, mode
+        ref, _, _ = reference.sample_windows(values, times, offsets, episode, query, mode)
+        assert ref.flatten().tolist() == want, mode

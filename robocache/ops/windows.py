@@ -49,7 +49,9 @@ def sample_windows(
         query_times: (B, W) int64 nanoseconds, each window's query times.
         mode: ``"nearest"`` (a tie goes to the later sample) or
             ``"previous"`` (the last sample at or before the query): a pure
-            gather, any dtype; ``"linear"``: blended by time; ``"mean"``:
+            gather, any dtype. Where several samples share one time t, a
+            query at or after t reads the last of them, and a query before
+            t that ``nearest`` rounds up to t reads the first of them; ``"linear"``: blended by time; ``"mean"``:
             the mean of the samples in ``(q - interval, q]``.
         interval: ns, > 0 for ``mean``.
         tolerance: ns or None. A query whose samples used lie farther than

@@ -37,8 +37,9 @@ class WindowSampler:
         modes: key -> ``"nearest"`` (default; a tie between two samples
             equally far goes to the later one), ``"previous"``, ``"linear"``
             or ``"mean"`` (the mean of the samples in (q - interval, q]).
-            Several samples at one time: ``previous`` and ``nearest`` from
-            below read the last of them, ``nearest`` from above the first.
+            Where several samples share one time t, a query at or after t
+            reads the last of them, and a query before t that ``nearest``
+            rounds up to t reads the first of them.
         interval_s: key -> the interval of ``"mean"`` (default: the smallest
             gap between that key's deltas).
         tolerance_s: key -> seconds: a query whose samples used lie farther

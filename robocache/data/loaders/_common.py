@@ -1,6 +1,7 @@
 """What the loaders share: skip_bad's report, and the timelines of logs (bags, MCAP): per-stream
 arrays, and episodes split at pauses."""
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -8,7 +9,23 @@ import numpy as np
 from ..errors import LoaderError
 from ..time import frame_times, seconds_to_ns
 
-__all__ = ["LoaderError", "frame_times", "split_gap_ns"]
+__all__ = ["LoaderError", "frame_times", "reading", "split_gap_ns"]
+
+
+@contextlib.contextmanager
+def reading(where, what):
+    """Any error of a format's library while reading ``what`` becomes a
+    LoaderError that names the place (``where``: the loader and its file)
+    and what was being read, so ``skip_bad`` can catch it and the user can
+    find it."""
+    try:
+        yield
+    except LoaderError:
+        raise
+    except (KeyboardInterrupt, SystemExit, MemoryError):
+        raise
+    except Exception as e:  # each library raises its own types for a bad file
+        raise LoaderError(f"{where}: cannot read {what}: {type(e).__name__}: {e}") from e
 
 
 def split_gap_ns(split_gap_s, where):

@@ -1,18 +1,35 @@
 """A store on disk: one safetensors file, ``store.safetensors``, every
-tensor by name and the rest (keys, tasks, fps, info) in its metadata,
-versioned."""
+tensor by name and the rest (keys, tasks, fps, info, checksums) in its
+metadata, versioned.
+
+Every tensor carries a CRC-32 in the metadata, and each stream's values one
+a episode (``streams/<i>/checksums``, (E,)), so that a rank's shard verifies
+only its own episodes' bytes. ``read`` checks the structure, then the
+checksums, and names the file in every error."""
 
 import json
 import os
+import warnings
+import zlib
 
 from safetensors import safe_open
 from safetensors.torch import load, load_file, save_file
 
+from ..errors import LoaderError
 from .packed import PackedStream
+from .shards import shard_ranges
+from .validate import check_structure, episode_crc32, tensor_crc32, verify_checksums
 
 FORMAT = "robocache.EpisodeStore"
 VERSION = "1"
 FILE = "store.safetensors"
+# The checksums' entry for the metadata itself (keys, tasks, fps, info).
+_METADATA = "metadata"
+_DESCRIBED = ("format", "version", "keys", "tasks", "fps", "info")
+
+
+def _metadata_crc32(meta):
+    return zlib.crc32(json.dumps([meta.get(k) for k in _DESCRIBED]).encode())
 
 
 def info_json(info):
@@ -36,9 +53,11 @@ def write(directory, streams, episodes, tasks, fps, info):
     # Streams are named by position (keys may hold any character); the keys
     # are in the metadata, in that order.
     for i, s in enumerate(streams.values()):
-        tensors[f"streams/{i}/values"] = s.values.contiguous().cpu()
+        values, offsets = s.values.contiguous().cpu(), s.offsets.contiguous().cpu()
+        tensors[f"streams/{i}/values"] = values
         tensors[f"streams/{i}/times"] = s.times.contiguous().cpu()
-        tensors[f"streams/{i}/offsets"] = s.offsets.contiguous().cpu()
+        tensors[f"streams/{i}/offsets"] = offsets
+        tensors[f"streams/{i}/checksums"] = episode_crc32(values, offsets)
         for name, t in s.stats.items():
             tensors[f"streams/{i}/stats/{name}"] = t.contiguous().cpu()
     meta = {
@@ -49,32 +68,70 @@ def write(directory, streams, episodes, tasks, fps, info):
         "fps": json.dumps(fps),
         "info": meta_info,
     }
+    checksums = {
+        name: tensor_crc32(t) for name, t in tensors.items() if not name.endswith("/values")
+    }
+    checksums[_METADATA] = _metadata_crc32(meta)
+    meta["checksums"] = json.dumps(checksums)
     path = os.path.join(directory, FILE)
     save_file(tensors, path + ".tmp", metadata=meta)
     os.replace(path + ".tmp", path)
 
 
-def read(directory, mmap=True):
+def read(directory, mmap=True, verify=True, shard=None):
     """(streams, episodes, tasks, fps, info) of a store written by ``write``.
-    With ``mmap`` the tensors map the file (nothing is read until used)."""
+
+    With ``mmap`` the tensors map the file (nothing is read until used). The
+    structure is always checked; with ``verify`` the checksums too (every
+    byte is read once; with ``shard=(rank, world_size)`` only the rank's
+    episodes' values)."""
     path = os.path.join(directory, FILE)
+    where = f"EpisodeStore.load({path})"
     if not os.path.isfile(path):
         raise FileNotFoundError(f"EpisodeStore.load: no {FILE} in {directory}")
-    if mmap:
-        tensors = load_file(path)
-    else:
-        with open(path, "rb") as f:
-            tensors = load(f.read())
-    with safe_open(path, framework="pt") as f:
-        meta = f.metadata() or {}
+    try:
+        if mmap:
+            tensors = load_file(path)
+        else:
+            with open(path, "rb") as f:
+                tensors = load(f.read())
+        with safe_open(path, framework="pt") as f:
+            meta = f.metadata() or {}
+    except Exception as e:  # safetensors' own error type, or the OS's
+        raise LoaderError(f"{where}: not a readable safetensors file: {e}") from e
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-        raise ValueError(
-            f"EpisodeStore.load: {path} is not an EpisodeStore of version {VERSION} "
+        raise LoaderError(
+            f"{where}: {path} is not an EpisodeStore of version {VERSION} "
             f"(format {meta.get('format')!r}, version {meta.get('version')!r})"
         )
+    keys, tasks, fps, info = (_json(meta, n, where) for n in ("keys", "tasks", "fps", "info"))
+    if not isinstance(keys, list) or not isinstance(tasks, list):
+        raise LoaderError(f"{where}: the metadata's keys and tasks must be lists")
+    streams = _streams(tensors, keys, where)
+    episodes = {
+        name[len("episodes/") :]: t for name, t in tensors.items() if name.startswith("episodes/")
+    }
+    check_structure(streams, episodes, tasks, where)
+    if verify:
+        _verify(tensors, meta, streams, episodes, shard, where)
+    return streams, episodes, tasks, fps, info
+
+
+def _json(meta, name, where):
+    try:
+        return json.loads(meta[name] if name != "info" else meta.get(name, "{}"))
+    except (KeyError, ValueError) as e:
+        raise LoaderError(f"{where}: the metadata's {name!r} is missing or not JSON: {e}") from e
+
+
+def _streams(tensors, keys, where):
+    """key -> PackedStream; every stream tensor of the file must belong to a key."""
     streams = {}
-    for i, key in enumerate(json.loads(meta["keys"])):
+    for i, key in enumerate(keys):
         prefix = f"streams/{i}/"
+        missing = [p for p in ("values", "times", "offsets") if prefix + p not in tensors]
+        if missing:
+            raise LoaderError(f"{where}: stream {key!r} has no tensor {prefix + missing[0]}")
         stats = {
             name[len(prefix) + 6 :]: t
             for name, t in tensors.items()
@@ -86,8 +143,41 @@ def read(directory, mmap=True):
             tensors[prefix + "offsets"],
             stats,
         )
-    episodes = {
-        name[len("episodes/") :]: t for name, t in tensors.items() if name.startswith("episodes/")
-    }
-    info = json.loads(meta.get("info", "{}"))
-    return streams, episodes, json.loads(meta["tasks"]), json.loads(meta["fps"]), info
+    known = {f"streams/{i}" for i in range(len(keys))}
+    strays = sorted(
+        {"/".join(n.split("/")[:2]) for n in tensors if n.startswith("streams/")} - known
+    )
+    if strays:
+        raise LoaderError(
+            f"{where}: the file holds {strays[0]}, but its metadata lists only {len(keys)} "
+            "keys: it is corrupt or was not written by EpisodeStore.save"
+        )
+    return streams
+
+
+def _verify(tensors, meta, streams, episodes, shard, where):
+    if "checksums" not in meta:
+        warnings.warn(
+            f"{where}: this store was saved without checksums (by an older robocache); its "
+            "bytes cannot be verified. Save it again to add them",
+            stacklevel=4,
+        )
+        return
+    expected = _json(meta, "checksums", where)
+    if not isinstance(expected, dict) or expected.pop(_METADATA, None) != _metadata_crc32(meta):
+        raise LoaderError(f"{where}: the metadata does not match its checksum: the file is corrupt")
+    if any(n not in tensors for n in expected):
+        raise LoaderError(f"{where}: the metadata's checksums do not name the file's tensors")
+    unchecked = [n for n in tensors if n not in expected and not n.endswith("/values")]
+    if unchecked:
+        raise LoaderError(f"{where}: {unchecked[0]} has no checksum in the metadata")
+    episode_range = None
+    if shard is not None:  # (rank, world_size), checked by the caller
+        episode_range = shard_ranges(episodes["length"], shard[1])[shard[0]]
+    per_episode = {}
+    for i, s in enumerate(streams.values()):
+        sums = tensors[f"streams/{i}/checksums"]
+        if sums.dim() != 1 or sums.numel() != s.offsets.numel() - 1:
+            raise LoaderError(f"{where}: streams/{i}/checksums does not hold one CRC an episode")
+        per_episode[f"streams/{i}/values"] = (sums, s.offsets.cpu())
+    verify_checksums(tensors, expected, per_episode, where, episode_range)

@@ -45,12 +45,16 @@ def shard_ranges(lengths, world_size):
     return tuple((bounds[r], bounds[r + 1]) for r in range(world_size))
 
 
+def check_rank(rank, world_size):
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < max(world_size, 1):
+        raise ValueError(f"shard: rank must be an int in [0, {world_size}); got {rank!r}")
+
+
 def shard_parts(streams, episodes, rank, world_size):
     """Rank ``rank``'s part of a whole store's ``streams`` and ``episodes``:
     (streams, episodes, Shard), views of the given tensors (nothing is
     copied, so a mapped store reads only these bytes when they are used)."""
-    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < max(world_size, 1):
-        raise ValueError(f"shard: rank must be an int in [0, {world_size}); got {rank!r}")
+    check_rank(rank, world_size)
     ranges = shard_ranges(episodes["length"], world_size)
     first, end = ranges[rank]
     part, counts = {}, {}

@@ -14,7 +14,8 @@ from .._device import resolve_device
 from ..time import check_fps
 from . import format as store_format
 from .build import add_quantile, pack_episodes, warn_if_spacing_contradicts_fps
-from .shards import shard_parts
+from .shards import check_rank, shard_parts
+from .validate import check_sorted_times
 
 
 class EpisodeStore:
@@ -193,21 +194,42 @@ class EpisodeStore:
         store_format.write(directory, self.streams, self.episodes, self.tasks, self.fps, self.info)
 
     @classmethod
-    def load(cls, directory, device=None, mmap=True, shard=None):
-        """A store written by ``save``. With ``mmap`` the tensors map the file
-        (nothing is read until used); ``shard=(rank, world_size)`` keeps only
-        that rank's episodes (``take_shard``), so a mapped load reads only
-        their bytes; ``device`` moves them there."""
-        device = resolve_device(device, "EpisodeStore.load")
-        streams, episodes, tasks, fps, info = store_format.read(directory, mmap)
-        store = cls(streams, episodes, tasks, fps, info=info)
+    def load(cls, directory, device=None, mmap=True, shard=None, *, check=True, verify=True):
+        """A store written by ``save``.
+
+        Args:
+            directory: the folder ``save`` wrote.
+            device: move the store there (default: stay on the host).
+            mmap: map the file (nothing is read until used, but what the
+                checks below read).
+            shard: ``(rank, world_size)`` keeps only that rank's episodes
+                (``take_shard``), so a mapped load reads only their bytes.
+            check: check that each stream's times rise within each episode
+                (one pass over the times, on ``device``). The file's
+                structure (shapes, dtypes, offsets, indices) is always
+                checked.
+            verify: check every tensor against the CRC-32 that ``save``
+                wrote (a shard: its own episodes' values, and every other
+                tensor): one read of the file's bytes. Off, a mapped store
+                reads only what the batches use.
+
+        A file that is truncated, corrupt or not a store raises a
+        LoaderError that names it and what was wrong."""
+        where = "EpisodeStore.load"
+        device = resolve_device(device, where)
         if shard is not None:
             if not isinstance(shard, (tuple, list)) or len(shard) != 2:
-                raise ValueError(
-                    f"EpisodeStore.load: shard must be (rank, world_size); got {shard!r}"
-                )
+                raise ValueError(f"{where}: shard must be (rank, world_size); got {shard!r}")
+            check_rank(shard[0], shard[1])
+        streams, episodes, tasks, fps, info = store_format.read(directory, mmap, verify, shard)
+        store = cls(streams, episodes, tasks, fps, info=info)
+        if shard is not None:
             store = store.take_shard(*shard)
-        return store.to(device) if device is not None else store
+        if device is not None:
+            store = store.to(device)
+        if check:
+            check_sorted_times(store.streams, f"{where}({directory})")
+        return store
 
 
 def _size(nbytes):

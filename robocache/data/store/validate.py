@@ -1,0 +1,126 @@
+"""What a store must be, checked where it comes from a file: its structure
+(shapes, dtypes, offsets, indices: O(E + streams)), its times sorted within
+each episode (one vectorised pass, O(N), on the store's device), and the
+CRC-32 checksums its file carries."""
+
+import zlib
+
+import torch
+
+from ..errors import LoaderError
+
+
+def tensor_crc32(t):
+    """CRC-32 of a tensor's bytes (C order), as the file stores it."""
+    flat = t.detach().contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return zlib.crc32(b"")
+    return zlib.crc32(flat.cpu().view(torch.uint8).numpy())
+
+
+def episode_crc32(values, offsets):
+    """(E,) int64: the CRC-32 of each episode's rows of ``values``."""
+    flat = values.detach().contiguous().reshape(values.shape[0], -1)
+    bounds = offsets.tolist()
+    sums = [tensor_crc32(flat[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    return torch.tensor(sums, dtype=torch.int64)
+
+
+def check_structure(streams, episodes, tasks, where):
+    """Shapes, dtypes, offsets and indices of a store read from a file: a
+    LoaderError naming the file (``where``) and the tensor otherwise."""
+    E = None
+    for name in ("episode_index", "length", "task_index"):
+        t = episodes.get(name)
+        if t is None:
+            raise LoaderError(f"{where}: the file has no tensor episodes/{name}")
+        if t.dtype != torch.int64 or t.dim() != 1:
+            raise LoaderError(
+                f"{where}: episodes/{name} must be (E,) int64; got {tuple(t.shape)} {t.dtype}"
+            )
+        if E is not None and t.shape[0] != E:
+            raise LoaderError(f"{where}: episodes/{name} has {t.shape[0]} rows; the others {E}")
+        E = t.shape[0]
+    task_index = episodes["task_index"]
+    if E and (int(task_index.min()) < 0 or int(task_index.max()) >= len(tasks)):
+        bad = int(((task_index < 0) | (task_index >= len(tasks))).nonzero()[0, 0])
+        raise LoaderError(
+            f"{where}: episodes/task_index[{bad}] = {int(task_index[bad])} is not one of the "
+            f"{len(tasks)} tasks"
+        )
+    if E and int(episodes["length"].min()) < 0:
+        raise LoaderError(f"{where}: episodes/length holds a negative length")
+    for key, s in streams.items():
+        here = f"{where}, stream {key!r}"
+        if s.times.dtype != torch.int64 or s.times.dim() != 1:
+            raise LoaderError(
+                f"{here}: times must be (N,) int64; got {tuple(s.times.shape)} {s.times.dtype}"
+            )
+        if s.offsets.dtype != torch.int64 or tuple(s.offsets.shape) != (E + 1,):
+            raise LoaderError(
+                f"{here}: offsets must be ({E + 1},) int64 for {E} episodes; got "
+                f"{tuple(s.offsets.shape)} {s.offsets.dtype}"
+            )
+        N = s.times.shape[0]
+        if s.values.dim() < 1 or s.values.shape[0] != N:
+            raise LoaderError(
+                f"{here}: values {tuple(s.values.shape)} and times ({N},) must have the same N"
+            )
+        offsets = s.offsets.cpu()
+        if int(offsets[0]) != 0 or int(offsets[-1]) != N or bool((offsets.diff() < 0).any()):
+            raise LoaderError(
+                f"{here}: offsets must rise from 0 to the {N} rows; got {_ends(offsets)}"
+            )
+        for name, stat in s.stats.items():
+            if tuple(stat.shape) != tuple(s.values.shape[1:]):
+                raise LoaderError(
+                    f"{here}: statistic {name!r} is {tuple(stat.shape)}, not the sample shape "
+                    f"{tuple(s.values.shape[1:])}"
+                )
+
+
+def _ends(offsets):
+    values = offsets.tolist()
+    return values if len(values) <= 8 else values[:4] + ["..."] + values[-3:]
+
+
+def check_sorted_times(streams, where):
+    """Times non-decreasing within each episode: one pass a stream, on the
+    stream's device (a host read of one flag)."""
+    for key, s in streams.items():
+        gaps = s.times.diff()
+        if gaps.numel() == 0:
+            continue
+        backwards = gaps < 0
+        starts = s.offsets[1:-1]
+        starts = starts[(starts > 0) & (starts < s.times.numel())]
+        backwards[starts - 1] = False  # across an episode boundary times may fall
+        if bool(backwards.any()):
+            row = int(backwards.nonzero()[0, 0]) + 1
+            episode = int(torch.searchsorted(s.offsets[1:].cpu(), row, right=True))
+            raise LoaderError(
+                f"{where}, stream {key!r}: times must be non-decreasing within an episode; "
+                f"row {row} (episode {episode}) is {int(s.times[row])} ns, after "
+                f"{int(s.times[row - 1])} ns"
+            )
+
+
+def verify_checksums(tensors, expected, episode_sums, where, episode_range=None):
+    """Each tensor's CRC-32 against the file's (``expected``: name -> CRC),
+    and each episode's rows of each ``values`` against ``episode_sums``
+    (values name -> ((E,) CRCs, offsets)); with ``episode_range`` (first,
+    end) only those episodes' rows are read."""
+    for name, crc in expected.items():
+        if tensor_crc32(tensors[name]) != crc:
+            raise LoaderError(f"{where}: {name} does not match its checksum: the file is corrupt")
+    for name, (sums, offsets) in episode_sums.items():
+        values = tensors[name]
+        flat = values.reshape(values.shape[0], -1) if values.dim() else values
+        bounds = offsets.tolist()
+        first, end = episode_range or (0, len(bounds) - 1)
+        for e in range(first, end):
+            if tensor_crc32(flat[bounds[e] : bounds[e + 1]]) != int(sums[e]):
+                raise LoaderError(
+                    f"{where}: {name}, episode {e} (rows {bounds[e]}:{bounds[e + 1]}) does not "
+                    "match its checksum: the file is corrupt"
+                )

@@ -33,8 +33,10 @@ progress = 2>&1 | tee $(1) | awk '$$1 ~ /^\[[0-9]+\/[0-9]+\]$$/ { print "  compi
 demo: $(VENV)/.built
 	$(PY) examples/demo.py
 
+# pytest shows each file's tests with the % done; skips are counted by reason
+# (pyproject.toml's addopts).
 test: $(VENV)/.built
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests
 
 build: $(VENV)/.built
 
@@ -73,9 +75,11 @@ pyproject_list = $(shell $(PYTHON) -c 'import tomllib; print(" ".join(chr(39) + 
 TEST_DEPS := $(call pyproject_list,["project"]["optional-dependencies"]["test"])
 BUILD_DEPS := $(call pyproject_list,["build-system"]["requires"])
 
+# pip's own output shows what it fetches and installs (torch alone is hundreds of MB).
 $(VENV)/.deps: $(VENV)/.torch
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q "$(TORCH)" $(BUILD_DEPS) $(TEST_DEPS)
+	@echo "installing $(TORCH), the build's tools and the test dependencies into $(VENV) (minutes the first time)"
+	$(PY) -m pip install "$(TORCH)" $(BUILD_DEPS) $(TEST_DEPS)
 	touch $@
 
 $(VENV)/.built: $(VENV)/.deps $(SOURCES)

@@ -95,11 +95,12 @@ $(CUDA_VENV)/.deps:
 
 # Compiles every CUDA source (for $(CUDA_ARCHS)) and checks that the library
 # loads and registers its CUDA kernels. Fails if any .cu file does not compile.
+# The CUDA library headers a toolkit of nvcc alone lacks (cusparse.h, ...) are
+# those of torch's NVIDIA wheels in $(CUDA_VENV), which setup.py finds.
 cuda-build-check: $(CUDA_VENV)/.deps
 	test -x "$(CUDA_HOME)/bin/nvcc" || { echo "cuda-build-check: no nvcc under CUDA_HOME=$(CUDA_HOME)"; exit 1; }
 	rm -rf build/cuda-check
 	PATH="$(abspath $(CUDA_VENV))/bin:$(CUDA_HOME)/bin:$$PATH" FORCE_CUDA=1 CUDA_HOME="$(CUDA_HOME)" \
-	  CPATH="$$($(CUDA_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13/include" \
 	  TORCH_CUDA_ARCH_LIST="$(CUDA_ARCHS)" MAX_JOBS=$(MAX_JOBS) \
 	  $(CUDA_VENV)/bin/python setup.py -q build_ext -b build/cuda-check/lib -t build/cuda-check/tmp
 	$(CUDA_VENV)/bin/python .ci/check_cuda_build.py build/cuda-check/lib
@@ -154,7 +155,6 @@ cuda-wheel: $(CUDA_VENV)/.deps
 	git ls-files -z | xargs -0 cp --parents -t build/cuda-src
 	@echo "building the CUDA wheel for $(CUDA_WHEEL_ARCHS) (many minutes on few cores)"
 	cd build/cuda-src && PATH="$(abspath $(CUDA_VENV))/bin:$(CUDA_HOME)/bin:$$PATH" FORCE_CUDA=1 CUDA_HOME="$(CUDA_HOME)" \
-	  CPATH="$$($(abspath $(CUDA_VENV))/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13/include" \
 	  TORCH_CUDA_ARCH_LIST="$(CUDA_WHEEL_ARCHS)" MAX_JOBS=$(MAX_JOBS) \
 	  $(abspath $(CUDA_VENV))/bin/python -m pip wheel -v --no-build-isolation --no-deps -w $(abspath dist-cuda) . $(call progress,../cuda-wheel.log)
 	cd build/cuda-wheel && unzip -q $(abspath dist-cuda)/*.whl

@@ -275,7 +275,8 @@ class BuildExt(BuildExtension if torch is not None else build_ext):
         if WITH_CUDA:
             cutlass = _cutlass_include()
             for ext in self.extensions:
-                ext.include_dirs.append(cutlass)
+                if cutlass not in ext.include_dirs:
+                    ext.include_dirs.append(cutlass)
         super().run()
         for ext in self.extensions:
             out_dir = os.path.dirname(self.get_ext_fullpath(ext.name))

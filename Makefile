@@ -33,8 +33,10 @@ progress = 2>&1 | tee $(1) | awk '$$1 ~ /^\[[0-9]+\/[0-9]+\]$$/ { print "  compi
 demo: $(VENV)/.built
 	$(PY) examples/demo.py
 
+# pytest shows each file's tests with the % done; skips are counted by reason
+# (pyproject.toml's addopts).
 test: $(VENV)/.built
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests
 
 build: $(VENV)/.built
 
@@ -73,9 +75,11 @@ pyproject_list = $(shell $(PYTHON) -c 'import tomllib; print(" ".join(chr(39) + 
 TEST_DEPS := $(call pyproject_list,["project"]["optional-dependencies"]["test"])
 BUILD_DEPS := $(call pyproject_list,["build-system"]["requires"])
 
+# pip's own output shows what it fetches and installs (torch alone is hundreds of MB).
 $(VENV)/.deps: $(VENV)/.torch
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q "$(TORCH)" $(BUILD_DEPS) $(TEST_DEPS)
+	@echo "installing $(TORCH), the build's tools and the test dependencies into $(VENV) (minutes the first time)"
+	$(PY) -m pip install "$(TORCH)" $(BUILD_DEPS) $(TEST_DEPS)
 	touch $@
 
 $(VENV)/.built: $(VENV)/.deps $(SOURCES)
@@ -91,11 +95,12 @@ $(CUDA_VENV)/.deps:
 
 # Compiles every CUDA source (for $(CUDA_ARCHS)) and checks that the library
 # loads and registers its CUDA kernels. Fails if any .cu file does not compile.
+# The CUDA library headers a toolkit of nvcc alone lacks (cusparse.h, ...) are
+# those of torch's NVIDIA wheels in $(CUDA_VENV), which setup.py finds.
 cuda-build-check: $(CUDA_VENV)/.deps
 	test -x "$(CUDA_HOME)/bin/nvcc" || { echo "cuda-build-check: no nvcc under CUDA_HOME=$(CUDA_HOME)"; exit 1; }
 	rm -rf build/cuda-check
 	PATH="$(abspath $(CUDA_VENV))/bin:$(CUDA_HOME)/bin:$$PATH" FORCE_CUDA=1 CUDA_HOME="$(CUDA_HOME)" \
-	  CPATH="$$($(CUDA_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13/include" \
 	  TORCH_CUDA_ARCH_LIST="$(CUDA_ARCHS)" MAX_JOBS=$(MAX_JOBS) \
 	  $(CUDA_VENV)/bin/python setup.py -q build_ext -b build/cuda-check/lib -t build/cuda-check/tmp
 	$(CUDA_VENV)/bin/python .ci/check_cuda_build.py build/cuda-check/lib
@@ -150,7 +155,6 @@ cuda-wheel: $(CUDA_VENV)/.deps
 	git ls-files -z | xargs -0 cp --parents -t build/cuda-src
 	@echo "building the CUDA wheel for $(CUDA_WHEEL_ARCHS) (many minutes on few cores)"
 	cd build/cuda-src && PATH="$(abspath $(CUDA_VENV))/bin:$(CUDA_HOME)/bin:$$PATH" FORCE_CUDA=1 CUDA_HOME="$(CUDA_HOME)" \
-	  CPATH="$$($(abspath $(CUDA_VENV))/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13/include" \
 	  TORCH_CUDA_ARCH_LIST="$(CUDA_WHEEL_ARCHS)" MAX_JOBS=$(MAX_JOBS) \
 	  $(abspath $(CUDA_VENV))/bin/python -m pip wheel -v --no-build-isolation --no-deps -w $(abspath dist-cuda) . $(call progress,../cuda-wheel.log)
 	cd build/cuda-wheel && unzip -q $(abspath dist-cuda)/*.whl

@@ -1,8 +1,10 @@
 """python -m robocache.bench as a user runs it: help, errors that say what
-is wrong, every kind on every device, --shape, progress, verdicts, JSON and
-the plot. Small sizes on the CPU: timings are not checked, only that each
-row holds one."""
+is wrong, every kind on every device, --shape, progress, verdicts, the
+spread of every timing, JSON and the plot. Small sizes on the CPU: timings
+are not checked, only that each row holds one, and that a backward is timed
+on its own (a difference of two timings came out negative)."""
 
+import io
 import json
 import subprocess
 import sys
@@ -10,9 +12,20 @@ import sys
 import pytest
 import torch
 
-from robocache.bench import KINDS, parse_shape, verdict
+import robocache
+from robocache import reference
+from robocache.bench import KINDS, cases, parse_shape, plot, print_table, verdict
 from robocache.bench.cases import Context, suite
 from robocache.bench.cli import main
+from robocache.bench.report import figure, legend
+from robocache.bench.timing import (
+    NOISY_SPREAD_PCT,
+    Timing,
+    backward_call,
+    make_row,
+    repeat_ms,
+    spreads,
+)
 
 
 def _bench(*args):
@@ -99,31 +112,171 @@ def test_verdict_says_faster_or_slower_than_compile():
     assert verdict(graphs, graphs=True) == "faster, 1.50x"
 
 
-def test_own_shapes_run_with_progress_a_verdict_json_and_a_plot(tmp_path, capsys):
+BENCH_EXTRA = "the plot needs matplotlib: pip install robocache[bench]"
+
+
+def test_own_shapes_run_with_progress_a_verdict_spreads_and_json(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    shapes = ["resample:2,50,20,3", "fuse:2,10,20x3,30x2", "voxelize:1,500,8,mean,2"]
+    shapes = [
+        "resample:2,50,20,3",
+        "backward:2,30,20,2",
+        "fuse:2,10,20x3,30x2",
+        "voxelize:1,500,8,mean,2",
+    ]
     args = ["--device", "cpu", "--json", str(out)]
     for spec in shapes:
         args += ["--shape", spec]
     assert main(args) == 0
     captured = capsys.readouterr()
-    assert "[1/3] resample ..." in captured.err and "[3/3] voxelize" in captured.err
-    rows = json.loads(out.read_text())["rows"]
-    assert [r["kind"] for r in rows] == ["resample", "fuse", "voxelize"]
+    assert "[1/4] resample ..." in captured.err and "[4/4] voxelize" in captured.err
+    result = json.loads(out.read_text())
+    rows = result["rows"]
+    assert [r["kind"] for r in rows] == ["resample", "resample_backward", "fuse", "voxelize"]
     assert rows[0]["case"] == "resample fwd (B=2, S=50, T=20, D=3) float32"
     for r in rows:
-        assert r["robocache_ms"] > 0 and r["compiled_ms"] > 0 and r["eager_ms"] > 0
+        for name in ("robocache", "eager", "compiled", "same_bytes_copy"):
+            assert r[f"{name}_ms"] > 0
+            assert r[f"{name}_spread_pct"] >= 0  # every timing reports its spread
+        assert r["noisy"] == any(v > result["noisy_spread_pct"] for v in spreads(r).values())
         assert verdict(r) in captured.out
+        assert r["case"] in captured.out  # whole
     assert "than torch.compile" in captured.out
-    png = out.with_suffix(".png")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for line in legend():
+        assert line in captured.out
+
+
+def test_a_backward_is_timed_on_its_own(monkeypatch):
+    """No forward runs inside a backward's timed calls: its time is measured,
+    not a difference of two medians (which came out negative)."""
+    calls = {"forward": 0, "backward": 0}
+
+    def counted(fn, key):
+        def wrapper(*args, **kwargs):
+            calls[key] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(robocache, "resample", counted(robocache.resample, "forward"))
+    monkeypatch.setattr(reference, "resample", counted(reference.resample, "forward"))
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)  # no compiling in a test
+    monkeypatch.setattr(torch.autograd, "grad", counted(torch.autograd.grad, "backward"))
+    timed = []
+
+    def repeat_ms(fn, device):
+        before = dict(calls)
+        for _ in range(4):
+            fn()
+        timed.append({key: calls[key] - before[key] for key in calls})
+        return Timing(1.0, 0.0)
+
+    monkeypatch.setattr(cases, "repeat_ms", repeat_ms)
+    row = cases.bench_resample_backward(Context("cpu", 1.0), 2, 10, 5, 1, torch.float64)
+    # robocache, eager, compiled: four backward passes each, no forward
+    assert timed == [{"forward": 0, "backward": 4}] * 3
+    assert row["robocache_ms"] == row["eager_ms"] == row["compiled_ms"] == 1.0
+
+
+def test_backward_call_differentiates_without_running_the_forward_again():
+    forwards = []
+
+    def forward(values, times, query):
+        forwards.append(1)
+        return robocache.resample(values, times, query)
+
+    sets = []
+    for _ in range(2):
+        values = torch.randn(2, 10, 3, dtype=torch.float64, requires_grad=True)
+        times = torch.sort(torch.rand(2, 10, dtype=torch.float64), dim=1).values
+        query = torch.sort(torch.rand(2, 5, dtype=torch.float64), dim=1).values
+        sets.append(
+            ((values, times, query.requires_grad_()), torch.randn(2, 5, 3, dtype=torch.float64))
+        )
+    call = backward_call(forward, sets)
+    assert len(forwards) == 2  # once a set, before any timed call
+    for i in range(4):
+        (values, times, query), grad = sets[i % 2]
+        expected = torch.autograd.grad(
+            robocache.resample(values, times, query), (values, query), grad
+        )
+        got = call()
+        assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    assert len(forwards) == 2
+
+
+def test_timings_report_their_spread():
+    timing = repeat_ms(lambda: sum(range(1000)), "cpu", min_time_s=0.05)
+    assert timing.ms > 0 and timing.spread_pct >= 0
+    assert Timing.of_quartiles(0.9, 1.0, 1.2) == pytest.approx((1.0, 30.0))
+
+
+def _result(rows):
+    return {"device": "cpu", "torch": "2.x", "threads": 2, "copy_GBps": 10.0, "date": "today"} | {
+        "rows": rows
+    }
+
+
+FUSE_NAME = "fuse (B=256, streams (S,D)=[(90, 512), (300, 32), (3000, 16)], T=150) float32"
+
+
+def _row(name, spread):
+    timing = Timing(1.0, spread)
+    row = make_row(name, "fuse", "bytes", 10**6, timing, Timing(3.0, 1.0), Timing(2.0, 1.0), 10.0)
+    row.update(same_bytes_copy_ms=0.5, same_bytes_copy_spread_pct=1.0, pct_of_same_bytes_copy=50.0)
+    return row
+
+
+def test_the_table_names_whole_cases_spreads_flags_and_its_legend():
+    table = io.StringIO()
+    print_table(_result([_row(FUSE_NAME, 2.0), _row("resample", NOISY_SPREAD_PCT + 5)]), table)
+    lines = table.getvalue().splitlines()
+    fuse = next(line for line in lines if line.startswith(FUSE_NAME + " "))
+    assert "2%" in fuse and "noisy" not in fuse
+    noisy = next(line for line in lines if line.startswith("resample "))
+    assert f"{NOISY_SPREAD_PCT + 5:.0f}%" in noisy and noisy.endswith("! noisy")
+    assert any(
+        line.startswith("%copy: ") and "large device-to-device copy" in line for line in lines
+    )
+    assert any(
+        line.startswith("! noisy: ") and f"over {NOISY_SPREAD_PCT:.0f}%" in line for line in lines
+    )
+
+
+def test_the_plot_labels_every_case_whole(tmp_path):
+    pytest.importorskip("matplotlib", reason=BENCH_EXTRA)
+    result = _result(
+        [_row(FUSE_NAME, 2.0), _row("resample fwd (B=2, S=50, T=20, D=3) float32", 2.0)]
+    )
+    fig = figure(result)
+    fig.canvas.draw()
+    width = fig.bbox.width
+    (ax,) = fig.axes
+    labels = ax.get_yticklabels()
+    assert [label.get_text().replace("\n", " ") for label in labels] == [
+        r["case"] for r in result["rows"]
+    ]
+    for label in labels:
+        box = label.get_window_extent()
+        assert 0 <= box.x0 and box.x1 <= width, label.get_text()  # inside the figure
+    path = tmp_path / "bench.png"
+    assert plot(result, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_matplotlib_the_plot_names_the_extra(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert not plot(_result([_row(FUSE_NAME, 2.0)]), str(tmp_path / "bench.png"))
+    assert "pip install robocache[bench]" in capsys.readouterr().err
+    assert not (tmp_path / "bench.png").exists()
 
 
 def test_robocache_only_times_no_reference(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason=BENCH_EXTRA)
     out = tmp_path / "b.json"
     main(
         ["--device", "cpu", "--robocache-only", "--shape", "backward:2,30,20,2", "--json", str(out)]
     )
     (row,) = json.loads(out.read_text())["rows"]
     assert row["kind"] == "resample_backward" and row["compiled_ms"] is None
+    assert row["robocache_ms"] > 0 and row["compiled_spread_pct"] is None
     assert out.with_suffix(".png").exists()

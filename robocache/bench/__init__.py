@@ -17,6 +17,12 @@ Method:
   robocache and the compiled reference; the tiny resample case is also timed
   per call from Python.
 - CPU: the median of repeated wall-clock timings after warm-up.
+- A backward is timed on its own: each input set's forward runs once, then
+  torch.autograd.grad differentiates its output again and again
+  (retain_graph), for robocache and both references alike.
+- Each timing reports the spread of its repeats: their interquartile range
+  as a % of their median; a row with a spread over 10% is flagged as too
+  noisy to trust.
 - Inputs are random (never zeros).
 
 Bandwidth comes from the minimal bytes (every input read once, every output
@@ -32,7 +38,7 @@ import torch
 
 from .cases import KINDS, Context, parse_shape, resample_inputs, shape_case, suite
 from .report import plot, print_table, verdict
-from .timing import copy_bandwidth_gbs, same_bytes_copy_ms
+from .timing import NOISY_SPREAD_PCT, copy_bandwidth_gbs, noisy, same_bytes_copy
 
 __all__ = [
     "KINDS",
@@ -62,8 +68,10 @@ def run(device, only=None, shapes=None, references=True, progress=None):
             progress(f"[{i}/{len(cases)}] {kind} ...")
         start = time.perf_counter()
         row = thunk()
-        row["same_bytes_copy_ms"] = same_bytes_copy_ms(row["bytes"], device)
-        row["pct_of_same_bytes_copy"] = 100 * row["same_bytes_copy_ms"] / row["robocache_ms"]
+        copy = same_bytes_copy(row["bytes"], device)
+        row["same_bytes_copy_ms"], row["same_bytes_copy_spread_pct"] = copy
+        row["pct_of_same_bytes_copy"] = 100 * copy.ms / row["robocache_ms"]
+        row["noisy"] = noisy(row)
         rows.append(row)
         if progress:
             progress(
@@ -76,6 +84,7 @@ def run(device, only=None, shapes=None, references=True, progress=None):
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "copy_GBps": ctx.copy_gbs,
+        "noisy_spread_pct": NOISY_SPREAD_PCT,
         "date": time.strftime("%Y-%m-%d"),
         "rows": rows,
     }

@@ -13,10 +13,11 @@ from robocache.data.synthetic import depth_camera_cloud
 
 from .timing import (
     Rotating,
+    backward_call,
     make_row,
-    median_ms,
     nbytes_of,
     per_call_ms,
+    repeat_ms,
     time_three,
 )
 
@@ -52,9 +53,7 @@ def bench_resample(ctx, B, S, T, D, dtype, per_call=False):
     src = Rotating(lambda: resample_inputs(B, S, T, D, dtype, device), nbytes, device)
     op = lambda v, t, q: robocache.resample(v, t, q)  # noqa: E731
     extra = {}
-    ms, ref_ms, compiled_ms = time_three(
-        op, reference.resample, src, device, ctx.references, graphs=extra
-    )
+    timings = time_three(op, reference.resample, src, device, ctx.references, graphs=extra)
     if per_call and ctx.references:
         v, t, q = src.next()
         compiled = torch.compile(reference.resample, dynamic=False)
@@ -69,7 +68,7 @@ def bench_resample(ctx, B, S, T, D, dtype, per_call=False):
         extra["per_call_speedup_vs_compiled"] = (
             extra["per_call_compiled_ms"] / extra["per_call_robocache_ms"]
         )
-    return make_row(name, "resample", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
+    return make_row(name, "resample", formula, nbytes, *timings, copy_gbs, extra)
 
 
 def bench_resample_backward(ctx, B, S, T, D, dtype):
@@ -82,54 +81,28 @@ def bench_resample_backward(ctx, B, S, T, D, dtype):
 
     def make():
         v, t, q = resample_inputs(B, S, T, D, dtype, device)
-        return (
-            v.requires_grad_(),
-            t,
-            q.requires_grad_(),
-            torch.randn(B, T, D, device=device).to(dtype),
-        )
+        grad_out = torch.randn(B, T, D, device=device).to(dtype)
+        return (v.requires_grad_(), t, q.requires_grad_()), grad_out
 
-    src = Rotating(make, nbytes, device)
+    input_sets = Rotating(make, nbytes, device).sets
 
-    def grads(fn):
-        def run(v, t, q, g):
-            return torch.autograd.grad(fn(v, t, q), (v, q), g)
+    def backward(forward):
+        # The forward runs here, once a set; only the backward is timed.
+        call = backward_call(forward, input_sets)
+        for _ in range(3):  # the compiled reference compiles its backward at the first
+            call()
+        return repeat_ms(call, device)
 
-        return run
-
-    def forward_only(fn):
-        def run(v, t, q, g):
-            with torch.no_grad():
-                return fn(v, t, q)
-
-        return run
-
-    # Each column is (forward + backward) - forward of the same implementation.
-    ms = median_ms(lambda: grads(robocache.resample)(*src.next()), device) - median_ms(
-        lambda: forward_only(robocache.resample)(*src.next()), device
-    )
+    timing = backward(robocache.resample)
+    note = {"note": "the backward alone: each input set's forward runs once, before the timing"}
     if not ctx.references:
-        return make_row(name, "resample_backward", formula, nbytes, ms, None, None, copy_gbs)
-    ref_ms = median_ms(lambda: grads(reference.resample)(*src.next()), device) - median_ms(
-        lambda: forward_only(reference.resample)(*src.next()), device
-    )
-    compiled = torch.compile(reference.resample, dynamic=False)
-    for _ in range(3):
-        grads(compiled)(*src.next())
-        forward_only(compiled)(*src.next())
-    compiled_ms = median_ms(lambda: grads(compiled)(*src.next()), device) - median_ms(
-        lambda: forward_only(compiled)(*src.next()), device
-    )
+        return make_row(
+            name, "resample_backward", formula, nbytes, timing, None, None, copy_gbs, note
+        )
+    ref = backward(reference.resample)
+    compiled = backward(torch.compile(reference.resample, dynamic=False))
     return make_row(
-        name,
-        "resample_backward",
-        formula,
-        nbytes,
-        ms,
-        ref_ms,
-        compiled_ms,
-        copy_gbs,
-        {"note": "backward = (forward+backward) - forward, for all three"},
+        name, "resample_backward", formula, nbytes, timing, ref, compiled, copy_gbs, note
     )
 
 
@@ -157,7 +130,7 @@ def bench_fuse(ctx, B, specs, T):
 
     src = Rotating(make, nbytes, device)
     extra = {}
-    ms, ref_ms, compiled_ms = time_three(
+    timings = time_three(
         lambda s, q: robocache.fuse(s, q),
         lambda s, q: reference.fuse(s, q),
         src,
@@ -165,7 +138,7 @@ def bench_fuse(ctx, B, specs, T):
         ctx.references,
         graphs=extra,
     )
-    return make_row(name, "fuse", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
+    return make_row(name, "fuse", formula, nbytes, *timings, copy_gbs, extra)
 
 
 # ---------------------------------------------------------------------------
@@ -191,12 +164,12 @@ def bench_voxelize(ctx, name, points, features, grid, reduce):
     src = Rotating(make, nbytes, device)
     op = lambda p, f: robocache.voxelize(p, grid, vs, (0, 0, 0), features=f, reduce=reduce)  # noqa: E731
     ref = lambda p, f: reference.voxelize(p, grid, vs, (0, 0, 0), features=f, reduce=reduce)  # noqa: E731
-    ms, ref_ms, compiled_ms = time_three(op, ref, src, device, ctx.references)
+    timings = time_three(op, ref, src, device, ctx.references)
     outside = 1 - float(robocache.voxelize(points, grid, vs, (0, 0, 0), reduce="count").sum()) / (
         B * N
     )
-    extra = {"Gpts_per_s": B * N / ms / 1e6, "fraction_outside": outside}
-    return make_row(name, "voxelize", formula, nbytes, ms, ref_ms, compiled_ms, copy_gbs, extra)
+    extra = {"Gpts_per_s": B * N / timings[0].ms / 1e6, "fraction_outside": outside}
+    return make_row(name, "voxelize", formula, nbytes, *timings, copy_gbs, extra)
 
 
 # ---------------------------------------------------------------------------
@@ -208,7 +181,7 @@ KINDS = ("resample", "backward", "fuse", "voxelize")
 SHAPE_HELP = """\
 --shape KIND:SIZES times your own sizes (repeat it for several; only those run):
   resample:B,S,T,D[,DTYPE]    B trajectories of S samples of D channels, T queries each
-  backward:B,S,T,D[,DTYPE]    the same, forward + backward - forward
+  backward:B,S,T,D[,DTYPE]    the same, its backward alone
   fuse:B,T,SxD[,SxD...]       B rows, T queries, one SxD per sensor stream
   voxelize:B,N,G[,REDUCE[,C]] B clouds of N points in a G^3 grid; REDUCE count
                               (default), occupancy, sum, mean or max; C features

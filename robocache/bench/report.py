@@ -2,6 +2,9 @@
 and a plot."""
 
 import sys
+import textwrap
+
+from .timing import NOISY_SPREAD_PCT, noisy
 
 
 def verdict(row, graphs=False):
@@ -20,90 +23,139 @@ def _ms(x, width=10):
     return f"{x:{width}.4f}" if x else f"{'-':>{width}}"
 
 
+def _spread(x):
+    return f"{x:4.0f}%" if x is not None else f"{'':>5}"
+
+
+def _timed(row, name):
+    """A time (ms) and the spread of its repeats: two columns."""
+    return f"{_ms(row.get(f'{name}_ms'))} {_spread(row.get(f'{name}_spread_pct'))}"
+
+
+SUB_ROWS = ("   per call from Python", "   under CUDA graphs", "   a copy moving the same bytes")
+
+
 def print_table(result, file=None):
     out = file or sys.stdout
+    rows = result["rows"]
+    # Names are never cut: the first column is as wide as the longest.
+    width = max([len(r["case"]) for r in rows] + [len(x) for x in SUB_ROWS] + [4])
+    threshold = result.get("noisy_spread_pct", NOISY_SPREAD_PCT)
+    blank = f"{'':>10} {'':>5}"
     print(
         f"device: {result['device']}  torch {result['torch']}  threads {result['threads']}  "
         f"copy {result['copy_GBps']:.0f} GB/s  ({result['date']})",
         file=out,
     )
     print(
-        f"{'case':<58} {'robocache':>10} {'eager':>10} {'compiled':>10} {'GB/s':>7} "
-        f"{'%copy':>6} {'x eager':>8}  than torch.compile",
+        f"{'case':<{width}} {'robocache':>10} {'±':>5} {'eager':>10} {'±':>5} "
+        f"{'compiled':>10} {'±':>5} {'GB/s':>7} {'%copy':>6} {'x eager':>8}  than torch.compile",
         file=out,
     )
 
-    for r in result["rows"]:
+    for r in rows:
         xe = f"{r['speedup_vs_eager']:8.2f}" if r["speedup_vs_eager"] else f"{'-':>8}"
+        flag = "  ! noisy" if noisy(r) else ""
         print(
-            f"{r['case'][:58]:<58} {_ms(r['robocache_ms'])} {_ms(r['eager_ms'])} "
-            f"{_ms(r['compiled_ms'])} {r['GBps']:7.0f} {r['pct_of_copy']:6.1f} {xe}  "
-            f"{verdict(r) or '-'}",
+            f"{r['case']:<{width}} {_timed(r, 'robocache')} {_timed(r, 'eager')} "
+            f"{_timed(r, 'compiled')} {r['GBps']:7.0f} {r['pct_of_copy']:6.1f} {xe}  "
+            f"{verdict(r) or '-'}{flag}",
             file=out,
         )
         if "per_call_robocache_ms" in r:
             print(
-                f"{'   per call from Python':<58} {_ms(r['per_call_robocache_ms'])} "
-                f"{_ms(r['per_call_eager_ms'])} {_ms(r['per_call_compiled_ms'])} "
+                f"{SUB_ROWS[0]:<{width}} {_timed(r, 'per_call_robocache')} "
+                f"{_timed(r, 'per_call_eager')} {_timed(r, 'per_call_compiled')} "
                 f"{'':>7} {'':>6} {'':>8}  {r['per_call_speedup_vs_compiled']:.2f}x",
                 file=out,
             )
         if r.get("graph_robocache_ms") or r.get("graph_compiled_ms"):
             print(
-                f"{'   under CUDA graphs':<58} {_ms(r.get('graph_robocache_ms'))} {'':>10} "
-                f"{_ms(r.get('graph_compiled_ms'))} {'':>7} {'':>6} {'':>8}  "
+                f"{SUB_ROWS[1]:<{width}} {_timed(r, 'graph_robocache')} {blank} "
+                f"{_timed(r, 'graph_compiled')} {'':>7} {'':>6} {'':>8}  "
                 f"{verdict(r, graphs=True) or '-'}",
                 file=out,
             )
         if "same_bytes_copy_ms" in r:
             print(
-                f"{'   a copy moving the same bytes':<58} {_ms(r['same_bytes_copy_ms'])} "
-                f"{'':>10} {'':>10} {'':>7} {r['pct_of_same_bytes_copy']:6.1f}",
+                f"{SUB_ROWS[2]:<{width}} {_timed(r, 'same_bytes_copy')} {blank} {blank} "
+                f"{'':>7} {r['pct_of_same_bytes_copy']:6.1f}",
                 file=out,
             )
         if "Gpts_per_s" in r:
             print(
-                f"{'   points':<58} {r['Gpts_per_s']:10.2f} Gpts/s, "
+                f"{'   points':<{width}} {r['Gpts_per_s']:10.2f} Gpts/s, "
                 f"{100 * r['fraction_outside']:.0f}% outside the grid",
                 file=out,
             )
 
-    print(
-        "times in ms (medians); GB/s from the minimal bytes: inputs read once, outputs written "
-        "once;\n%copy: of the large copy above; under each row, a copy moving that row's bytes "
-        "and the row's\ntime as a % of it (short kernels cannot reach the large copy's bandwidth)",
-        file=out,
-    )
+    for line in legend(threshold):
+        print(line, file=out)
+
+
+def legend(threshold=NOISY_SPREAD_PCT):
+    """The lines under the table that say what its columns are."""
+    return [
+        "times: the median of each timing's repeats, in ms; ±: their spread, the interquartile "
+        "range as a % of the median",
+        f"! noisy: a timing of the row spreads over {threshold:.0f}%, too wide to trust the "
+        "comparison; run it again on a quiet machine",
+        "GB/s: the minimal bytes (inputs read once, outputs written once) over robocache's time",
+        "%copy: robocache's GB/s as a % of the GB/s of the large device-to-device copy (copy, "
+        "first line)",
+        "a copy moving the same bytes: a copy of the row's bytes, and robocache's GB/s as a % of "
+        "its (short kernels cannot reach the large copy's GB/s)",
+    ]
+
+
+# The plot wraps a case's name at this many characters (it never cuts one).
+LABEL_CHARS = 50
+
+
+def figure(result):
+    """The plot's figure: bars of robocache's speed over the compiled
+    reference's (or of its time, where the references were not timed), one
+    a row, each labelled with the row's whole name; needs matplotlib."""
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    names = [textwrap.fill(r["case"], LABEL_CHARS) for r in rows]
+    lines = sum(name.count("\n") + 1 for name in names)
+    fig, ax = plt.subplots(figsize=(10, 0.22 * lines + 0.25 * len(rows) + 1.6), dpi=120)
+    at = range(len(rows))
+    if all(r["compiled_ms"] for r in rows):
+        ratios = [r["compiled_ms"] / r["robocache_ms"] for r in rows]
+        colours = ["tab:green" if x >= 1 else "tab:red" for x in ratios]
+        ax.barh(at, ratios, color=colours)
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_xlabel("torch.compile time / robocache time (right of 1: robocache is faster)")
+    else:
+        ax.barh(at, [r["robocache_ms"] for r in rows])
+        ax.set_xlabel("robocache, ms (median)")
+    ax.set_yticks(at, names)
+    ax.invert_yaxis()
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_title(f"{result['device']}, torch {result['torch']}, {result['date']}", fontsize=9)
+    fig.tight_layout()
+    return fig
 
 
 def plot(result, path):
-    """Bars of robocache's speed over the compiled reference's (or of its
-    time, where the references were not timed); needs matplotlib."""
+    """Writes figure(result) to `path`; says so and returns False where
+    matplotlib is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print(f"no matplotlib here: no plot written to {path}", file=sys.stderr)
+        print(
+            f"no matplotlib here: no plot written to {path} (pip install robocache[bench])",
+            file=sys.stderr,
+        )
         return False
-    rows = result["rows"]
-    names = [r["case"] for r in rows]
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.6))
-    if all(r["compiled_ms"] for r in rows):
-        ratios = [r["compiled_ms"] / r["robocache_ms"] for r in rows]
-        colours = ["tab:green" if x >= 1 else "tab:red" for x in ratios]
-        ax.barh(names, ratios, color=colours)
-        ax.axvline(1.0, color="black", linewidth=1)
-        ax.set_xscale("log")
-        ax.set_xlabel("torch.compile time / robocache time (right of 1: robocache is faster)")
-    else:
-        ax.barh(names, [r["robocache_ms"] for r in rows])
-        ax.set_xlabel("robocache, ms (median)")
-    ax.invert_yaxis()
-    ax.tick_params(axis="y", labelsize=7)
-    ax.set_title(f"{result['device']}, torch {result['torch']}, {result['date']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig = figure(result)
+    fig.savefig(path)
     plt.close(fig)
     return True

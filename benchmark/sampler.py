@@ -18,12 +18,11 @@ persistent workers, its batches copied to the device.
 
 import argparse
 import json
-import statistics
 import sys
-import time
 
 import torch
 
+from robocache.bench.timing import graph_seconds, per_batch_seconds
 from robocache.data import EpisodeStore, WindowSampler
 
 FPS = 30
@@ -60,50 +59,6 @@ def deltas_for(store):
 
 def batch_bytes(batch):
     return sum(t.numel() * t.element_size() for t in batch.values())
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def per_batch_seconds(make_batch, device, batches, repeats=5):
-    """Median over repeats of (time for `batches` batches) / batches."""
-    make_batch()
-    sync(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(batches):
-            make_batch()
-        sync(device)
-        times.append((time.perf_counter() - start) / batches)
-    return statistics.median(times)
-
-
-def graph_seconds(fn, device, per_graph=1):
-    """fn() captured `per_graph` times in one CUDA graph; seconds per call
-    (median of CUDA-event timings of 20 replays)."""
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(per_graph):
-            fn()
-    times = []
-    for _ in range(50):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(20):
-            graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 20 / per_graph / 1e3)
-    return statistics.median(times)
 
 
 def copy_gbps(nbytes, device):

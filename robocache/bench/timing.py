@@ -29,8 +29,9 @@ class Timing(NamedTuple):
 
 
 def sync(device):
-    if device == "cuda":
-        torch.cuda.synchronize()
+    """Waits for the device's work (a CUDA device; nothing on the CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def repeat_ms(fn, device, min_time_s=0.5, max_reps=200):
@@ -208,3 +209,45 @@ def time_three(op, ref, args_source, device, references=True, graphs=None):
     if graphs is not None and device == "cuda":
         record_graph(graphs, "compiled", lambda: compiled(*args_source.next()))
     return timing, ref_timing, compiled_timing
+
+
+# Loops of calls, for the scripts in benchmark/.
+
+
+def per_batch_seconds(make_batch, device, batches, repeats=5):
+    """Median over repeats of (time for `batches` batches) / batches."""
+    make_batch()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(batches):
+            make_batch()
+        sync(device)
+        times.append((time.perf_counter() - start) / batches)
+    return statistics.median(times)
+
+
+def graph_seconds(fn, device, per_graph=1):
+    """fn() captured `per_graph` times in one CUDA graph; seconds per call
+    (median of CUDA-event timings of 20 replays)."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(per_graph):
+            fn()
+    times = []
+    for _ in range(50):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(20):
+            graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 20 / per_graph / 1e3)
+    return statistics.median(times)

@@ -7,14 +7,12 @@ no host synchronization. The face here ties together the per-key plans
 (transform.py) and the CUDA graphs (graphs.py).
 """
 
-import functools
-
 import torch
 
-from ..._ops import OPS
 from .._device import resolve_device
 from ..time import ns_to_seconds
 from . import order, plan, transform
+from .calls import WindowCalls
 from .graphs import BatchGraphs
 
 __all__ = ["WindowSampler"]
@@ -166,6 +164,12 @@ class WindowSampler:
         self.shuffle, self.drop_last, self.key_age, self.epoch = shuffle, drop_last, key_age, 0
         anchor_stream = store[self.anchor]
         offsets, times = anchor_stream.offsets, anchor_stream.times
+        # Every key's times on the GPU: the anchors there. Keys cut on the
+        # host (mapped or host values): the anchors on the host, so that
+        # nothing the host needs is read back from the GPU.
+        host_cut = any(store[p.key].times.device.type == "cpu" for p in self.plans)
+        if host_cut:
+            offsets, times = offsets.cpu(), times.cpu()
         row_episode = order.row_episodes(offsets)
         self._anchors = order.anchor_rows(offsets, row_episode, drop_n_last_frames)
         self._per_rank = order.per_rank(
@@ -199,7 +203,7 @@ class WindowSampler:
             "task_index": episodes["task_index"][row_episode],
             "timestamp": ns_to_seconds(times - times[first_row]),
         }
-        self._windows = _window_call(store, self.anchor, self.plans, self._row_tables, edge)
+        self._windows = WindowCalls(store, self.anchor, self.plans, self._row_tables, edge)
         self._check_window_args()
         self._graphs = self._make_graphs(cuda_graph, graph_buffers)
 
@@ -214,10 +218,11 @@ class WindowSampler:
             raise ValueError(f"{_WHERE}: graph_buffers must be an int >= 1; got {graph_buffers!r}")
         if not cuda_graph:
             return None
-        if self.store.device.type != "cuda" or self.device.type != "cuda":
+        if self._anchors.device.type != "cuda" or self.device.type != "cuda":
             raise ValueError(
-                f"{_WHERE}: cuda_graph=True needs the store and the batches on a CUDA "
-                f"device (store.to('cuda')); the store is on {self.store.device}"
+                f"{_WHERE}: cuda_graph=True needs the store and the batches on a CUDA device "
+                f"(store.to('cuda'), or every key placed 'cuda' or 'pinned'); the store is on "
+                f"{self.store.device}"
             )
         return BatchGraphs(self._batch, self._anchors, graph_buffers)
 
@@ -225,9 +230,8 @@ class WindowSampler:
         """Every check of the operator (modes, dtypes, devices, shapes, a build
         with the device's kernels) runs once here, on an empty batch; the
         batches then call it directly. Its errors say which key stream k is."""
-        nothing = torch.empty(0, dtype=torch.int64, device=self.store.device)
         try:
-            self._windows(index=nothing)
+            self._windows.check(self._anchors.device)
         except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:
             streams = ", ".join(f"stream {k} is {p.key!r}" for k, p in enumerate(self.plans))
             raise type(e)(f"{_WHERE}: {e} ({streams})") from None
@@ -274,7 +278,7 @@ class WindowSampler:
     def batch_at(self, index):
         """The batch whose anchors are ``index``: global frame indices (rows)
         of the anchor stream, a (B,) integer tensor, array or list."""
-        index = order.anchor_index(index, self.store.device)
+        index = order.anchor_index(index, self._anchors.device)
         if self._graphs is not None:
             return self._graphs(index)
         return self._batch(index)
@@ -283,30 +287,11 @@ class WindowSampler:
         # The store's tensors never need gradients: the op runs below autograd
         # (no autograd bookkeeping a call; the batch's tensors are ordinary).
         with torch._C._AutoDispatchBelowAutograd():
-            outs, pads, ages, _, rows = self._windows(index=index)
+            outs, pads, ages, rows = self._windows(index)
             return transform.assemble(
                 self.plans, outs, pads, ages, index, self._row_tables, rows, self.device,
                 self.key_age,
             )  # fmt: skip
-
-
-def _window_call(store, anchor, plans, row_tables, edge_tolerance):
-    """The one anchor_windows call of every batch, all but its index bound."""
-    streams = [store[p.key] for p in plans]
-    return functools.partial(
-        OPS.anchor_windows,
-        values=[s.values for s in streams],
-        times=[s.times for s in streams],
-        offsets=[s.offsets for s in streams],
-        deltas=[p.deltas for p in plans],
-        anchor_offsets=store[anchor].offsets,
-        anchor_times=store[anchor].times,
-        anchor_rows=list(row_tables.values()),
-        modes=",".join(p.mode for p in plans),
-        intervals=[p.interval for p in plans],
-        tolerances=[p.tolerance for p in plans],
-        edge_tolerance=edge_tolerance,
-    )
 
 
 def _most_samples(store):

@@ -14,6 +14,7 @@ from .._device import resolve_device
 from ..time import check_fps
 from . import format as store_format
 from .build import add_quantile, pack_episodes, warn_if_spacing_contradicts_fps
+from .placement import current_place, place_stream, resolve, values_nbytes
 from .shards import check_rank, shard_parts
 from .validate import check_sorted_times
 
@@ -34,9 +35,12 @@ class EpisodeStore:
             one (``take_shard``, ``load(shard=...)``), else None.
         info: what the source says of itself beyond its data, as JSON-ready
             values (robomimic's ``env_args``, for one); ``save`` keeps it.
+        placement: key -> where its values live: ``"cuda"``, ``"pinned"``,
+            ``"mapped"`` or ``"cpu"`` (``place``).
+        mapped: the keys whose values map the store's file (``load``).
     """
 
-    def __init__(self, streams, episodes, tasks, fps=None, shard=None, info=None):
+    def __init__(self, streams, episodes, tasks, fps=None, shard=None, info=None, mapped=()):
         if not streams:
             raise ValueError("EpisodeStore: a store needs at least one stream")
         self.streams = dict(streams)
@@ -45,6 +49,7 @@ class EpisodeStore:
         self.fps = None if fps is None else float(fps)
         self.shard = shard
         self.info = dict(info or {})
+        self.mapped = frozenset(mapped) & set(self.streams)
         E = self.num_episodes
         for key, s in self.streams.items():
             if s.offsets.shape != (E + 1,):
@@ -118,7 +123,16 @@ class EpisodeStore:
 
     @property
     def device(self):
+        """Where the store's index lives (its times, offsets and episode
+        tables): a CUDA device where any key's times are there, else the host."""
+        for s in self.streams.values():
+            if s.times.is_cuda:
+                return s.times.device
         return next(iter(self.streams.values())).values.device
+
+    @property
+    def placement(self):
+        return {k: current_place(s, k in self.mapped) for k, s in self.streams.items()}
 
     @property
     def nbytes(self):
@@ -144,10 +158,12 @@ class EpisodeStore:
             f"EpisodeStore({self.num_episodes} episodes, {len(self.tasks)} tasks, "
             f"fps={self.fps}, device={self.device}, {_size(self.nbytes)})"
         ]
+        placement = self.placement
         for key, s in self.streams.items():
             lines.append(
                 f"  {key}: {s.values.shape[0]} samples of {tuple(s.values.shape[1:])} "
-                f"{str(s.values.dtype).removeprefix('torch.')}, {_size(s.nbytes)}"
+                f"{str(s.values.dtype).removeprefix('torch.')}, {_size(s.nbytes)}; values "
+                f"{placement[key]} ({_size(values_nbytes(s))})"
             )
         return "\n".join(lines)
 
@@ -173,6 +189,38 @@ class EpisodeStore:
         episodes = {k: fn(v) for k, v in self.episodes.items()}
         return EpisodeStore(streams, episodes, self.tasks, self.fps, self.shard, self.info)
 
+    def place(self, placement, *, budget=None):
+        """The store with each key where ``placement`` says (a new store;
+        tensors already there are not copied).
+
+        Args:
+            placement: one place for every key (``"cuda"``, ``"pinned"``,
+                ``"mapped"``, ``"cpu"``), ``"auto"``, or a dict of fnmatch
+                patterns -> place, e.g. ``{"observation.images.*": "pinned",
+                "*": "cuda"}``: the first pattern a key matches wins, keys
+                no pattern matches stay where they are, and a pattern that
+                matches no key is an error. ``"pinned"``: values in
+                page-locked host memory, read by the GPU's kernel directly;
+                times, offsets and statistics on the GPU. ``"mapped"``:
+                values read from the store's file on demand (a store that
+                ``load`` mapped); windows cut on the host.
+            budget: for ``"auto"``, the GPU bytes it may fill (default: half
+                the free GPU memory): the times, offsets and statistics of
+                every key first, then the smallest streams' values; the
+                largest streams' values go to pinned memory.
+        """
+        mappable = {k: k in self.mapped for k in self.streams}
+        current = self.placement
+        plan = resolve(placement, self.streams, current, mappable, budget)
+        streams = {k: place_stream(s, plan[k]) for k, s in self.streams.items()}
+        on_gpu = any(p in ("cuda", "pinned") for p in plan.values())
+        index_device = torch.device("cuda") if on_gpu else torch.device("cpu")
+        episodes = {k: v.to(index_device) for k, v in self.episodes.items()}
+        mapped = [k for k, p in plan.items() if p == "mapped"]
+        return EpisodeStore(
+            streams, episodes, self.tasks, self.fps, self.shard, self.info, mapped=mapped
+        )
+
     def take_shard(self, rank, world_size):
         """Rank ``rank``'s episodes of ``world_size`` ranks: contiguous, about
         1/world_size of the frames, at least one episode each; views of this
@@ -180,7 +228,9 @@ class EpisodeStore:
         if self.shard is not None:
             raise ValueError(f"shard: the store is already rank {self.shard.rank}'s shard")
         streams, episodes, shard = shard_parts(self.streams, self.episodes, rank, world_size)
-        return EpisodeStore(streams, episodes, self.tasks, self.fps, shard=shard, info=self.info)
+        return EpisodeStore(
+            streams, episodes, self.tasks, self.fps, shard=shard, info=self.info, mapped=self.mapped
+        )
 
     def save(self, directory):
         """Writes ``directory/store.safetensors`` (a new file renamed into
@@ -194,7 +244,17 @@ class EpisodeStore:
         store_format.write(directory, self.streams, self.episodes, self.tasks, self.fps, self.info)
 
     @classmethod
-    def load(cls, directory, device=None, mmap=True, shard=None, *, check=True, verify=True):
+    def load(
+        cls,
+        directory,
+        device=None,
+        mmap=True,
+        shard=None,
+        *,
+        placement=None,
+        check=True,
+        verify=True,
+    ):
         """A store written by ``save``.
 
         Args:
@@ -204,6 +264,8 @@ class EpisodeStore:
                 checks below read).
             shard: ``(rank, world_size)`` keeps only that rank's episodes
                 (``take_shard``), so a mapped load reads only their bytes.
+            placement: where each key goes, as ``place`` takes it (instead
+                of ``device``); keys it leaves out stay mapped.
             check: check that each stream's times rise within each episode
                 (one pass over the times, on ``device``). The file's
                 structure (shapes, dtypes, offsets, indices) is always
@@ -221,12 +283,16 @@ class EpisodeStore:
             if not isinstance(shard, (tuple, list)) or len(shard) != 2:
                 raise ValueError(f"{where}: shard must be (rank, world_size); got {shard!r}")
             check_rank(shard[0], shard[1])
+        if device is not None and placement is not None:
+            raise ValueError(f"{where}: give device or placement, not both")
         streams, episodes, tasks, fps, info = store_format.read(directory, mmap, verify, shard)
-        store = cls(streams, episodes, tasks, fps, info=info)
+        store = cls(streams, episodes, tasks, fps, info=info, mapped=streams if mmap else ())
         if shard is not None:
             store = store.take_shard(*shard)
         if device is not None:
             store = store.to(device)
+        if placement is not None:
+            store = store.place(placement)
         if check:
             check_sorted_times(store.streams, f"{where}({directory})")
         return store

@@ -1,0 +1,74 @@
+"""The ``anchor_windows`` calls of a batch: one for the keys whose times live
+on the GPU (their values there, or pinned and read by the kernel directly),
+and one on the host for the keys whose values are mapped from the store's
+file or in ordinary host memory. Each call has its own copy of the anchor
+stream's times and offsets and of the anchor rows' tables."""
+
+import functools
+
+import torch
+
+from ..._ops import OPS
+
+
+class WindowCalls:
+    """``calls(index)`` -> (outs, pads, ages, rows) in the plans' key order,
+    with ``rows`` the anchor rows' tables (from the first call)."""
+
+    def __init__(self, store, anchor, plans, row_tables, edge_tolerance):
+        groups = {}
+        for k, plan in enumerate(plans):
+            groups.setdefault(store[plan.key].times.device, []).append(k)
+        self.order = [k for ks in groups.values() for k in ks]
+        self.calls = []
+        for device, ks in groups.items():
+            streams = [store[plans[k].key] for k in ks]
+            anchor_stream = store[anchor]
+            self.calls.append(
+                (
+                    device,
+                    functools.partial(
+                        OPS.anchor_windows,
+                        values=[s.values for s in streams],
+                        times=[s.times for s in streams],
+                        offsets=[s.offsets for s in streams],
+                        deltas=[plans[k].deltas.to(device) for k in ks],
+                        anchor_offsets=anchor_stream.offsets.to(device),
+                        anchor_times=anchor_stream.times.to(device),
+                        anchor_rows=[t.to(device) for t in row_tables.values()],
+                        modes=",".join(plans[k].mode for k in ks),
+                        intervals=[plans[k].interval for k in ks],
+                        tolerances=[plans[k].tolerance for k in ks],
+                        edge_tolerance=edge_tolerance,
+                    ),
+                )
+            )
+        self.devices = list(groups)
+        self.plans = plans
+
+    @property
+    def on_host(self):
+        """Whether any key's windows are cut on the host."""
+        return any(d.type == "cpu" for d in self.devices)
+
+    def __call__(self, index):
+        outs, pads, ages = (
+            [None] * len(self.plans),
+            [None] * len(self.plans),
+            [None] * len(self.plans),
+        )
+        rows = None
+        position = 0
+        for device, call in self.calls:
+            here = index if index.device == device else index.to(device, non_blocking=True)
+            o, p, a, _, r = call(index=here)
+            rows = r if rows is None else rows
+            for j in range(len(o)):
+                k = self.order[position + j]
+                outs[k], pads[k], ages[k] = o[j], p[j], a[j]
+            position += len(o)
+        return outs, pads, ages, rows
+
+    def check(self, index_device):
+        """Every check of the operator, once, on an empty batch."""
+        self(torch.empty(0, dtype=torch.int64, device=index_device))

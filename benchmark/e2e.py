@@ -99,7 +99,8 @@ def main(argv=None):
     parser.add_argument(
         "--cuda-graph",
         action="store_true",
-        help="the robocache pipeline replays its batches from CUDA graphs (cuda_graph=True)",
+        help="the robocache pipeline replays its batches from CUDA graphs (cuda_graph=True; "
+        "by default the sampler decides, and does so on a GPU)",
     )
     parser.add_argument("--episodes", type=int, help="default: 200 (lerobot), 40 (mcap)")
     parser.add_argument(
@@ -199,14 +200,14 @@ def run(args, ranks, parser):
             loss.backward()
             optimizer.step()
 
-        def make_sampler(cuda_graph=False):
+        def make_sampler(cuda_graph=None):
             return WindowSampler(
                 store.to(device), deltas, batch_size=args.batch_size, images="float_chw",
                 drop_last=True, anchor=data.CAMERA if mcap else None, cuda_graph=cuda_graph,
             )  # fmt: skip
 
         def robocache_batches():
-            batches = data.sampler_batches(make_sampler(cuda_graph=args.cuda_graph))
+            batches = data.sampler_batches(make_sampler(cuda_graph=args.cuda_graph or None))
             return (adapt(b) for b in batches) if adapt else batches
 
         staged = make_sampler().batch_at(torch.arange(args.batch_size, device=device))

@@ -313,11 +313,11 @@ def test_images_as_lerobot_returns_them():
 
 
 @requires_cuda
-def test_cuda_graph_batches_equal_plain_batches_and_last_their_ring():
+def test_cuda_graph_batches_equal_plain_batches_and_never_change_while_held():
     store = EpisodeStore.from_episodes(lerobot_like([1, 6, 15, 2]), progress=False).to("cuda")
     deltas = {"action": [k / 10 for k in range(16)], "observation.images.top": [-0.1, 0.0]}
     kw = dict(batch_size=5, seed=3, modes={"action": "linear"}, images="float_chw")
-    plain = WindowSampler(store, deltas, **kw)
+    plain = WindowSampler(store, deltas, cuda_graph=False, **kw)
     graphed = WindowSampler(store, deltas, cuda_graph=True, **kw)
     for epoch in range(2):  # an epoch's last batch is smaller: graphs of its own
         plain.set_epoch(epoch)
@@ -329,10 +329,21 @@ def test_cuda_graph_batches_equal_plain_batches_and_last_their_ring():
                 assert torch.equal(expected[key], got[key]), (epoch, count, key)
             count += 1
         assert count == len(graphed) == 5
-    # A batch holds while the next is drawn (graph_buffers=2), not after two more.
-    index = [torch.tensor([3, 1, 4, 1, 5], device="cuda") + k for k in range(3)]
-    first = graphed.batch_at(index[0])
-    graphed.batch_at(index[1])
-    assert torch.equal(first["action"], plain.batch_at(index[0])["action"])
-    graphed.batch_at(index[2])
-    assert torch.equal(first["action"], plain.batch_at(index[2])["action"])
+    # A batch kept never changes, however many are drawn after it: the ring
+    # of graphs grows while batches are held (a variable, a view) ...
+    index = [torch.tensor([3, 1, 4, 1, 5], device="cuda") + k for k in range(8)]
+    expected = [plain.batch_at(i)["action"] for i in index]
+    kept = [graphed.batch_at(i) for i in index[:4]]
+    view = kept[0]["action"][:, :2]
+    for i, want in zip(index[4:], expected[4:]):
+        assert torch.equal(graphed.batch_at(i)["action"], want)
+    for batch, want in zip(kept, expected):
+        assert torch.equal(batch["action"], want)
+    assert torch.equal(view, expected[0][:, :2])
+    slots = len(graphed._graphs.rings[5][0])
+    assert slots > 4
+    # ... and batches let go let their graphs replay again, with no new one.
+    del kept, batch, view
+    for i, want in zip(index, expected):
+        assert torch.equal(graphed.batch_at(i)["action"], want)
+    assert len(graphed._graphs.rings[5][0]) == slots

@@ -1,15 +1,54 @@
 """WindowSampler batches replayed from CUDA graphs: a batch costs the host
-one index copy and one replay."""
+one index copy and one replay.
+
+A graph writes every batch of its size into the same buffers. A buffer is
+written again only when nothing outside the ring refers to it any more: no
+Python reference to the batch's tensors, no view of them, no autograd graph
+that saved them. Where one still does, the ring grows (up to a bound), and
+past it the batch is cut without a graph; so a batch kept, however long,
+never changes under its holder."""
+
+import sys
 
 import torch
 
+# The graphs one batch size may hold at most; past them a batch whose ring
+# slots are all in use is made without a graph.
+MAX_GRAPHS_PER_SIZE = 16
+# Whether this torch lets the ring count a batch's references (else a slot is
+# written again in turn, and a batch holds until `buffers` more are drawn).
+COUNTS_REFERENCES = hasattr(torch.Tensor, "_use_count") and hasattr(torch._C, "_storage_Use_Count")
+
+
+def _references(tensor):
+    """(Python references, TensorImpl references, storage references)."""
+    return (
+        sys.getrefcount(tensor),
+        tensor._use_count(),
+        torch._C._storage_Use_Count(tensor.untyped_storage()._cdata),
+    )
+
+
+class _Slot:
+    def __init__(self, static_index, graph, batch):
+        self.static_index, self.graph, self.batch = static_index, graph, batch
+        self.free = None  # the references of an unheld batch, read after capture
+
+    def held(self):
+        """Whether anything outside the slot still refers to its batch."""
+        if not COUNTS_REFERENCES:
+            return False
+        counts = [_references(t) for t in self.batch.values()]
+        if self.free is None:
+            self.free = counts
+            return False
+        return counts != self.free
+
 
 class BatchGraphs:
-    """``make_batch(index)`` captured in CUDA graphs, a ring of ``buffers``
-    graphs per batch size, each with its own index and output buffers.
-
-    A batch's tensors are its graph's outputs: they hold that batch until
-    ``buffers`` more batches of its size have been drawn."""
+    """``make_batch(index)`` captured in CUDA graphs: a ring of graphs per
+    batch size, each with its own index and output buffers, starting at
+    ``buffers`` and growing while its batches are held."""
 
     def __init__(self, make_batch, example_rows, buffers):
         self.make_batch, self.example_rows, self.buffers = make_batch, example_rows, buffers
@@ -20,12 +59,23 @@ class BatchGraphs:
         ring = self.rings.get(size)
         if ring is None:
             ring = self.rings[size] = [[self._capture(size) for _ in range(self.buffers)], 0]
-        slots, k = ring
-        ring[1] = (k + 1) % len(slots)
-        static_index, graph, batch = slots[k]
-        static_index.copy_(index)
-        graph.replay()
-        return dict(batch)
+        slots, start = ring
+        for step in range(len(slots)):
+            k = (start + step) % len(slots)
+            if not slots[k].held():
+                ring[1] = (k + 1) % len(slots)
+                return self._replay(slots[k], index)
+        if len(slots) < max(MAX_GRAPHS_PER_SIZE, self.buffers):
+            slots.insert(start, self._capture(size))
+            ring[1] = (start + 1) % len(slots)
+            return self._replay(slots[start], index)
+        return self.make_batch(index)  # every graph's batch is still held
+
+    @staticmethod
+    def _replay(slot, index):
+        slot.static_index.copy_(index)
+        slot.graph.replay()
+        return dict(slot.batch)
 
     def _capture(self, size):
         rows = self.example_rows
@@ -39,4 +89,6 @@ class BatchGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             batch = self.make_batch(static_index)
-        return static_index, graph, batch
+        slot = _Slot(static_index, graph, batch)
+        slot.held()
+        return slot

@@ -13,7 +13,8 @@ from .._device import resolve_device
 from ..time import ns_to_seconds
 from . import order, plan, transform
 from .calls import WindowCalls
-from .graphs import BatchGraphs
+from .graphs import COUNTS_REFERENCES, BatchGraphs
+from .prefetch import prefetched
 
 __all__ = ["WindowSampler"]
 
@@ -75,12 +76,21 @@ class WindowSampler:
             rank draws the same number of batches, with no collective call,
             and a shard with no anchors raises on every rank.
         cuda_graph: replay each batch from a CUDA graph, captured once per
-            batch size (a store on a CUDA device): the host's cost of a
-            batch is one index copy and one replay. A batch's tensors are
-            then the graph's buffers, which hold it until ``graph_buffers``
-            more batches of its size are drawn: clone what you keep longer.
-        graph_buffers: the graphs per batch size, each with its own buffers
-            (default 2: a batch stays valid while the next is drawn).
+            batch size: the host's cost of a batch is one index copy and one
+            replay. None (the default): on wherever every key is read on the
+            GPU (placed ``"cuda"`` or ``"pinned"``) and the batches go
+            there; off where windows are cut on the host. A graph writes its
+            batches into the same buffers, but never while anything still
+            refers to a batch (a variable, a view, an autograd graph that
+            saved it): the ring of graphs then grows, up to 16 a batch
+            size, past which a batch is cut without a graph.
+        graph_buffers: the graphs a batch size starts with (default: 2 more
+            than ``prefetch``).
+        prefetch: batches an iteration prepares ahead, on a CUDA stream of
+            the sampler's own, while the caller's step runs (default 1; 0:
+            each batch on the caller's stream when asked for). Events order
+            them: a batch handed out is ready on the caller's current stream,
+            and nothing waits on the host.
 
     A batch is a dict: ``key`` (B, len(deltas), *shape), ``key_is_pad``
     (B, len(deltas)) bool, and ``index``, ``episode_index``, ``frame_index``,
@@ -113,8 +123,9 @@ class WindowSampler:
         key_age=False,
         rank=None,
         world_size=None,
-        cuda_graph=False,
-        graph_buffers=2,
+        cuda_graph=None,
+        graph_buffers=None,
+        prefetch=1,
     ):
         self.store = store
         self.rank, self.world_size = order.resolve_ranks(rank, world_size, store)
@@ -205,17 +216,29 @@ class WindowSampler:
         }
         self._windows = WindowCalls(store, self.anchor, self.plans, self._row_tables, edge)
         self._check_window_args()
-        self._graphs = self._make_graphs(cuda_graph, graph_buffers)
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"{_WHERE}: prefetch must be an int >= 0; got {prefetch!r}")
+        on_gpu = self._anchors.is_cuda and self.device.type == "cuda"
+        self.prefetch = prefetch if on_gpu else 0
+        self._cuda_stream = torch.cuda.Stream(self.device) if self.prefetch else None
+        self._graphs = self._make_graphs(cuda_graph, graph_buffers, on_gpu)
 
-    def _make_graphs(self, cuda_graph, graph_buffers):
-        if not isinstance(cuda_graph, bool):
-            raise ValueError(f"{_WHERE}: cuda_graph must be True or False; got {cuda_graph!r}")
+    def _make_graphs(self, cuda_graph, graph_buffers, on_gpu):
+        if cuda_graph is not None and not isinstance(cuda_graph, bool):
+            raise ValueError(
+                f"{_WHERE}: cuda_graph must be True or False, or None for the default; "
+                f"got {cuda_graph!r}"
+            )
+        if graph_buffers is None:
+            graph_buffers = 2 + self.prefetch
         if (
             isinstance(graph_buffers, bool)
             or not isinstance(graph_buffers, int)
             or graph_buffers < 1
         ):
             raise ValueError(f"{_WHERE}: graph_buffers must be an int >= 1; got {graph_buffers!r}")
+        if cuda_graph is None:  # on where it is safe: the GPU, and batches kept stay kept
+            cuda_graph = on_gpu and COUNTS_REFERENCES
         if not cuda_graph:
             return None
         if self._anchors.device.type != "cuda" or self.device.type != "cuda":
@@ -270,8 +293,12 @@ class WindowSampler:
         anchors = order.epoch_order(
             self._anchors, self._per_rank, self.rank, self.world_size, sharded, generator
         )
-        for i in range(len(self)):
-            yield self.batch_at(anchors[i * self.batch_size : (i + 1) * self.batch_size])
+        parts = [anchors[i * self.batch_size : (i + 1) * self.batch_size] for i in range(len(self))]
+        if not self.prefetch:
+            for index in parts:
+                yield self.batch_at(index)
+            return
+        yield from prefetched(self.batch_at, parts, self._cuda_stream, self.prefetch)
 
     # -- one batch -------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import robocache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPU_ONLY = [("ops", "kernels"), ("ops", "ncu")]
-SCRIPTS = ["ops", "sampler", "ingest", "e2e"]
+SCRIPTS = ["ops", "sampler", "ingest", "e2e", "tiers"]
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +204,21 @@ def test_e2e_multi_rate_peer_cuts_the_samplers_windows(workdir, tmp_path, monkey
     batch = e2e.log_policy_batch(ours)
     assert batch["observation.state"].shape == (len(peer), 2, e2e.LOG_STATE_DIM)
     assert batch["action"].shape == (len(peer), 16, 7)
+
+
+def test_tiers_benchmark_runs_small_on_the_cpu(workdir, tmp_path):
+    out = tmp_path / "rows.json"
+    r = _run(
+        workdir, "tiers", "--small", "--device", "cpu", "--policy", "small",
+        "--tiers", "cpu,mapped-cold", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["policy"], row["tier"]) for row in rows] == [
+        ("small", "cpu"),
+        ("small", "mapped-cold"),
+    ]
+    assert rows[1]["placement"]["observation.images.cam0"] == "mapped"
+    assert all(row["efficiency"] > 0 and row["windows_per_s"] > 0 for row in rows)
+    r = _run(workdir, "tiers", "--small", "--device", "cpu", "--tiers", "gpu")
+    assert r.returncode == 2 and "need a CUDA device" in r.stderr, r.stderr

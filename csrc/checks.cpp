@@ -12,16 +12,21 @@
 
 namespace robocache {
 
-Mode parse_mode(c10::string_view mode, const char* op, const char* arg) {
-  if (mode == "linear")
-    return Mode::Linear;
+Mode parse_mode(c10::string_view mode, ModeSet modes, const char* op, const char* arg) {
+  const bool windows = modes == ModeSet::Window;
   if (mode == "nearest")
     return Mode::Nearest;
   if (mode == "previous")
     return Mode::Previous;
-  ROBOCACHE_CHECK_VALUE(false, op, ": ", arg, " must be 'linear', 'nearest' or 'previous'; got '",
-                        std::string(mode), "'");
-  return Mode::Linear;  // not reached
+  if (mode == "linear")
+    return Mode::Linear;
+  if (windows && mode == "mean")
+    return Mode::Mean;
+  ROBOCACHE_CHECK_VALUE(
+      false, op, ": ", arg, " must be ",
+      windows ? "'nearest', 'previous', 'linear' or 'mean'" : "'linear', 'nearest' or 'previous'",
+      "; got '", std::string(mode), "'");
+  return Mode::Nearest;  // not reached
 }
 
 namespace {
@@ -181,7 +186,7 @@ std::vector<Mode> modes_per_stream(c10::string_view modes, size_t K, const std::
   for (size_t k = 0; k < K; ++k) {
     const size_t j = tokens.size() == 1 ? 0 : k;
     const std::string arg = "modes[" + std::to_string(j) + "]";
-    out[k] = parse_mode(tokens[j], op.c_str(), arg.c_str());
+    out[k] = parse_mode(tokens[j], ModeSet::Interp, op.c_str(), arg.c_str());
   }
   return out;
 }
@@ -394,7 +399,7 @@ InterpInputs resample_inputs(const at::Tensor& values, const at::Tensor& times,
                              const std::optional<at::Tensor>& lengths, c10::string_view mode,
                              bool host_lengths) {
   constexpr const char* op = "robocache.resample";
-  const Mode m = parse_mode(mode, op);
+  const Mode m = parse_mode(mode, ModeSet::Interp, op);
   check_resample_inputs(values, times, query_times, lengths, op);
   if (host_lengths && lengths.has_value()) {
     check_lengths_in_range(*lengths, 1, values.size(1), "S", op);

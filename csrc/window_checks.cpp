@@ -1,5 +1,6 @@
 #include "robocache/window_checks.h"
 
+#include "robocache/checks.h"
 #include "robocache/error.h"
 
 #include <string>
@@ -28,26 +29,11 @@ void check_index_tensor(const at::Tensor& t, const char* name, int64_t dim, cons
 
 }  // namespace
 
-WindowMode parse_window_mode(c10::string_view mode, const char* op) {
-  if (mode == "nearest")
-    return WindowMode::Nearest;
-  if (mode == "previous")
-    return WindowMode::Previous;
-  if (mode == "linear")
-    return WindowMode::Linear;
-  if (mode == "mean")
-    return WindowMode::Mean;
-  ROBOCACHE_CHECK_VALUE(false, op,
-                        ": mode must be 'nearest', 'previous', 'linear' or 'mean'; got '",
-                        std::string(mode), "'");
-  return WindowMode::Nearest;  // not reached
-}
-
 WindowRule window_rule(c10::string_view mode, int64_t interval, int64_t tolerance,
                        int64_t edge_tolerance, const char* op) {
-  WindowRule rule{parse_window_mode(mode, op), interval, tolerance, edge_tolerance};
+  WindowRule rule{parse_mode(mode, ModeSet::Window, op), interval, tolerance, edge_tolerance};
   ROBOCACHE_CHECK_VALUE(interval >= 0, op, ": interval must be >= 0 ns; got ", interval);
-  ROBOCACHE_CHECK_VALUE(rule.mode != WindowMode::Mean || interval > 0, op,
+  ROBOCACHE_CHECK_VALUE(rule.mode != Mode::Mean || interval > 0, op,
                         ": mode 'mean' needs an interval > 0 ns (the samples in "
                         "(q - interval, q] are averaged); got ",
                         interval);
@@ -89,9 +75,9 @@ WindowSizes check_window_inputs(const at::Tensor& values, const at::Tensor& time
                                 const char* op) {
   ROBOCACHE_CHECK_VALUE(values.dim() == 2, op, ": values must be 2-D (N, D); got shape ",
                         shape_of(values));
-  const bool blends = rule.mode == WindowMode::Linear || rule.mode == WindowMode::Mean;
+  const bool blends = mode_blends(rule.mode);
   ROBOCACHE_CHECK_TYPE(!blends || is_floating(values.scalar_type()), op, ": mode '",
-                       rule.mode == WindowMode::Linear ? "linear" : "mean",
+                       mode_name(rule.mode),
                        "' needs float32, float64, float16 or bfloat16 values; got ",
                        values.scalar_type(), " (use 'nearest' or 'previous')");
   return check_ragged(times, offsets, episode, query_times, values, values.sym_size(0),
@@ -187,9 +173,9 @@ AnchorWindowSizes check_anchor_window_inputs(at::TensorList values, at::TensorLi
     ROBOCACHE_CHECK_VALUE(v.device() == values[0].device(), op,
                           ": every stream must be on one device; got values[0] on ",
                           values[0].device(), " and ", v_name, " on ", v.device());
-    const bool blends = rules[k].mode == WindowMode::Linear || rules[k].mode == WindowMode::Mean;
+    const bool blends = mode_blends(rules[k].mode);
     ROBOCACHE_CHECK_TYPE(!blends || is_floating(v.scalar_type()), op, ": mode '",
-                         rules[k].mode == WindowMode::Linear ? "linear" : "mean", "' of ", v_name,
+                         mode_name(rules[k].mode), "' of ", v_name,
                          " needs float32, float64, float16 or bfloat16 values; got ",
                          v.scalar_type(), " (use 'nearest' or 'previous')");
     check_index_tensor(times[k], t_name.c_str(), 1, "(N,)", v, op);

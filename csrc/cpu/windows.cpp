@@ -90,7 +90,7 @@ void fill_windows(const at::Tensor& values, const Ragged& r, const WindowRule& r
   const int64_t D = r.B * r.W > 0 ? out.numel() / (r.B * r.W) : 0;
   bool* pad_ptr = is_pad.data_ptr<bool>();
   int64_t* age_ptr = age.data_ptr<int64_t>();
-  const bool blends = rule.mode == WindowMode::Linear || rule.mode == WindowMode::Mean;
+  const bool blends = mode_blends(rule.mode);
   const size_t row_bytes = size_t(D) * v.element_size();
   const auto* src = static_cast<const char*>(v.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());

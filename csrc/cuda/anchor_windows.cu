@@ -104,7 +104,7 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
   const auto add = [&](AnchorStream s, at::ScalarType dtype, int64_t D, int64_t row_bytes) {
     s.M = B * s.W;
     s.Q = tile_queries(row_bytes);
-    const bool blends = s.rule.mode == WindowMode::Linear || s.rule.mode == WindowMode::Mean;
+    const bool blends = mode_blends(s.rule.mode);
     int64_t chunk = 1;
     s.row_rule = blends ? blend_rule(dtype) : copy_rule(s.values, s.out, row_bytes, chunk);
     s.row_units = blends ? D : row_bytes / chunk;
@@ -144,7 +144,7 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
     s.out = rows[j].data_ptr();
     s.N = a.N_anchor;
     s.W = 1;
-    s.rule = WindowRule{WindowMode::Nearest, 0, -1, 0};
+    s.rule = WindowRule{Mode::Nearest, 0, -1, 0};
     s.at_anchor_row = true;
     const int64_t row_bytes = rows[j].numel() / B * table.element_size();
     add(s, table.scalar_type(), 0, row_bytes);

@@ -68,7 +68,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cuda(
     return {out, is_pad, age};
   const WindowArgs a = window_args(t, o, e, q, n, rule);
   const int64_t row_bytes = D * v.element_size();
-  if (rule.mode == WindowMode::Nearest || rule.mode == WindowMode::Previous) {
+  if (!mode_blends(rule.mode)) {
     switch (copy_chunk_bytes(v.data_ptr(), out.data_ptr(), row_bytes)) {
       case 16:
         launch_gather<uint4>(a, v, out, is_pad, age, row_bytes);

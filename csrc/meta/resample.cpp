@@ -17,7 +17,7 @@ constexpr const char* kOp = "robocache.resample";
 at::Tensor resample_meta(const at::Tensor& values, const at::Tensor& times,
                          const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
                          c10::string_view mode) {
-  parse_mode(mode, kOp);
+  parse_mode(mode, ModeSet::Interp, kOp);
   const auto n = check_resample_inputs(values, times, query_times, lengths, kOp);
   return at::empty_symint({n.B, n.T, n.D}, values.options());
 }
@@ -26,7 +26,7 @@ std::tuple<at::Tensor, at::Tensor> resample_backward_meta(
     const at::Tensor& grad_out, const at::Tensor& values, const at::Tensor& times,
     const at::Tensor& query_times, const std::optional<at::Tensor>& lengths, c10::string_view mode,
     bool values_grad, bool query_grad) {
-  parse_mode(mode, kOp);
+  parse_mode(mode, ModeSet::Interp, kOp);
   const auto n = check_resample_inputs(values, times, query_times, lengths, kOp);
   check_grad_out(grad_out, n.B, n.T, n.D, kOp);
   check_query_grad(query_times, query_grad, kOp);

@@ -20,8 +20,9 @@
 
 namespace robocache {
 
-// Parse the mode argument; `op` and `arg` name the caller in the message.
-Mode parse_mode(c10::string_view mode, const char* op, const char* arg = "mode");
+// The mode argument of any operator: one of `modes` (mean for the window
+// ops only); `op` and `arg` name the caller in the message.
+Mode parse_mode(c10::string_view mode, ModeSet modes, const char* op, const char* arg = "mode");
 
 struct ResampleSizes {
   c10::SymInt B, S, T, D;

@@ -13,8 +13,6 @@
 
 namespace robocache {
 
-WindowMode parse_window_mode(c10::string_view mode, const char* op);
-
 struct WindowSizes {
   c10::SymInt N, D, E, B, W;  // samples, channels, episodes, windows, queries per window
 };

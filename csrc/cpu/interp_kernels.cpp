@@ -15,16 +15,16 @@ namespace robocache {
 namespace {
 
 template <typename value_t, typename stamp_t>
-std::vector<StreamArgs<value_t, stamp_t>> streams_of(const InterpInputs& in) {
-  std::vector<StreamArgs<value_t, stamp_t>> s;
+std::vector<InterpSource<value_t, stamp_t>> sources_of(const InterpInputs& in) {
+  std::vector<InterpSource<value_t, stamp_t>> s;
   for (size_t k = 0; k < in.values.size(); ++k)
     s.push_back(
-        stream_args<value_t, stamp_t>(in.values[k], in.times[k], in.lengths[k], in.modes[k]));
+        interp_source<value_t, stamp_t>(in.values[k], in.times[k], in.lengths[k], in.modes[k]));
   return s;
 }
 
 template <typename value_t, typename stamp_t>
-void write_channels(const StreamArgs<value_t, stamp_t>& s, const Location<weight_t<stamp_t>>& loc,
+void write_channels(const InterpSource<value_t, stamp_t>& s, const Location<weight_t<stamp_t>>& loc,
                     int64_t b, value_t* __restrict__ dst) {
   using C = compute_t<value_t>;
   if (loc.nan) {
@@ -44,19 +44,19 @@ void write_channels(const StreamArgs<value_t, stamp_t>& s, const Location<weight
 
 template <typename value_t, typename stamp_t>
 void forward_impl(const InterpInputs& in, const std::vector<int64_t>& cols, at::Tensor& out) {
-  const auto streams = streams_of<value_t, stamp_t>(in);
-  const auto q = query_args<stamp_t>(in.query);
+  const auto sources = sources_of<value_t, stamp_t>(in);
+  const auto q = interp_query<stamp_t>(in.query);
   const int64_t T = out.size(1), row_len = out.size(2);
   value_t* o = out.data_ptr<value_t>();
   const int64_t grain = std::max<int64_t>(1, 2048 / std::max<int64_t>(row_len, 1));
   at::parallel_for(0, out.size(0) * T, grain, [&](int64_t begin, int64_t end) {
     // Each stream's search starts from the previous query's answer: sorted
     // queries then cost a step or two each instead of log2(S).
-    std::vector<int64_t> hints(streams.size(), -1);
+    std::vector<int64_t> hints(sources.size(), -1);
     for (int64_t i = begin; i < end; ++i) {
       const int64_t b = i / T, t = i - b * T;
-      for (size_t k = 0; k < streams.size(); ++k) {
-        write_channels(streams[k], locate_query(streams[k], q, b, t, &hints[k]), b,
+      for (size_t k = 0; k < sources.size(); ++k) {
+        write_channels(sources[k], locate_query(sources[k], q, b, t, &hints[k]), b,
                        o + i * row_len + cols[k]);
       }
     }
@@ -69,17 +69,17 @@ void backward_impl(const InterpInputs& in, const std::vector<int64_t>& cols, con
                    const std::vector<compute_t<value_t>*>& gv, weight_t<stamp_t>* gq) {
   using C = compute_t<value_t>;
   using W = weight_t<stamp_t>;
-  const auto streams = streams_of<value_t, stamp_t>(in);
-  const auto q = query_args<stamp_t>(in.query);
+  const auto sources = sources_of<value_t, stamp_t>(in);
+  const auto q = interp_query<stamp_t>(in.query);
   const int64_t B = grad.size(0), T = grad.size(1), row_len = grad.size(2);
   const value_t* g = grad.data_ptr<value_t>();
   at::parallel_for(0, B, 1, [&](int64_t b_begin, int64_t b_end) {
-    std::vector<int64_t> hints(streams.size(), -1);  // as in forward_impl
+    std::vector<int64_t> hints(sources.size(), -1);  // as in forward_impl
     for (int64_t b = b_begin; b < b_end; ++b) {
       for (int64_t t = 0; t < T; ++t) {
         W slope = W(0);
-        for (size_t k = 0; k < streams.size(); ++k) {
-          const auto& s = streams[k];
+        for (size_t k = 0; k < sources.size(); ++k) {
+          const auto& s = sources[k];
           const auto loc = locate_query(s, q, b, t, &hints[k]);
           if (loc.nan)
             continue;

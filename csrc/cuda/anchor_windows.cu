@@ -1,8 +1,8 @@
 // CUDA entry point of robocache::anchor_windows: checks, allocation, each
-// stream's tile size and row rule, and one launch of
-// anchor_windows_kernels.cuh per kMaxAnchorStreams streams, on the current
-// CUDA stream under a device guard. No host sync: index, offsets and times
-// are not read on the host.
+// source's tile size and row rule (a stream's windows or an anchor-row
+// table), and one launch of anchor_windows_kernels.cuh per kMaxAnchorSources
+// sources, on the current CUDA stream under a device guard. No host sync:
+// index, offsets and times are not read on the host.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
@@ -99,9 +99,9 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
     blocks = 0;
     blends_any = false;
   };
-  // Adds a stream of M queries whose rows hold `row_bytes` of `dtype` (and
-  // launches when a launch's streams are full).
-  const auto add = [&](AnchorStream s, at::ScalarType dtype, int64_t D, int64_t row_bytes) {
+  // Adds a source of M queries whose rows hold `row_bytes` of `dtype` (and
+  // launches when a launch's sources are full).
+  const auto add = [&](AnchorSource s, at::ScalarType dtype, int64_t D, int64_t row_bytes) {
     s.M = B * s.W;
     s.Q = tile_queries(row_bytes);
     const bool blends = mode_blends(s.rule.mode);
@@ -111,8 +111,8 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
     s.first_block = blocks;
     blends_any = blends_any || blends;
     blocks += (s.M + s.Q - 1) / s.Q;
-    a.streams[a.K++] = s;
-    if (a.K == kMaxAnchorStreams)
+    a.sources[a.K++] = s;
+    if (a.K == kMaxAnchorSources)
       launch();
   };
   std::vector<at::Tensor> inputs;  // kept alive until the launches are queued
@@ -122,7 +122,7 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
                                 offsets[k].contiguous(), deltas[k].contiguous()})
       inputs.push_back(t);
     const at::Tensor* v = &inputs[inputs.size() - 4];
-    AnchorStream s{};
+    AnchorSource s{};
     s.values = v->data_ptr();
     s.times = v[1].data_ptr<int64_t>();
     s.offsets = v[2].data_ptr<int64_t>();
@@ -139,7 +139,7 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
   for (size_t j = 0; j < anchor_rows.size(); ++j) {
     inputs.push_back(anchor_rows[j].contiguous());
     const at::Tensor& table = inputs.back();
-    AnchorStream s{};
+    AnchorSource s{};
     s.values = table.data_ptr();
     s.out = rows[j].data_ptr();
     s.N = a.N_anchor;

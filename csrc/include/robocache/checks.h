@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "robocache/interp.h"
-#include "robocache/stream.h"
+#include "robocache/interp_args.h"
 #include "robocache/voxel.h"
 
 namespace robocache {

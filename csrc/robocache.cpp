@@ -63,7 +63,7 @@ TORCH_LIBRARY(robocache, m) {
       "SymInt[] grid_size, float[] voxel_size, float[] origin, str reduce, Tensor result, "
       "Tensor? voxel_size_tensor=None, Tensor? origin_tensor=None) -> Tensor",
       {at::Tag::pt2_compliant_tag});
-  // Windows cut from a packed ragged stream (every episode's samples back to
+  // Windows cut from a packed stream (every episode's samples back to
   // back; episode e owns rows [offsets[e], offsets[e + 1])): for window b,
   // the samples of episode[b] at query_times[b, :] (int64 ns). mode: nearest |
   // previous (any dtype) | linear | mean (floating; mean averages the samples

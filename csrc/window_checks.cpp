@@ -47,7 +47,7 @@ WindowRule window_rule(c10::string_view mode, int64_t interval, int64_t toleranc
 namespace {
 
 // times, offsets, episode and query_times against N rows on `device`.
-WindowSizes check_ragged(const at::Tensor& times, const at::Tensor& offsets,
+WindowSizes check_packed(const at::Tensor& times, const at::Tensor& offsets,
                          const at::Tensor& episode, const at::Tensor& query_times,
                          const at::Tensor& values, const c10::SymInt& N, const c10::SymInt& D,
                          const char* op) {
@@ -80,7 +80,7 @@ WindowSizes check_window_inputs(const at::Tensor& values, const at::Tensor& time
                        mode_name(rule.mode),
                        "' needs float32, float64, float16 or bfloat16 values; got ",
                        values.scalar_type(), " (use 'nearest' or 'previous')");
-  return check_ragged(times, offsets, episode, query_times, values, values.sym_size(0),
+  return check_packed(times, offsets, episode, query_times, values, values.sym_size(0),
                       values.sym_size(1), op);
 }
 
@@ -93,7 +93,7 @@ WindowSizes check_window_backward_inputs(const at::Tensor& grad_out, const at::T
   ROBOCACHE_CHECK_VALUE(grad_out.dim() == 3, op, ": grad_out must be 3-D (B, W, D); got shape ",
                         shape_of(grad_out));
   ROBOCACHE_SYM_CHECK(num_values.sym_ge(0), op, ": num_values must be >= 0; got ", num_values);
-  const WindowSizes n = check_ragged(times, offsets, episode, query_times, grad_out, num_values,
+  const WindowSizes n = check_packed(times, offsets, episode, query_times, grad_out, num_values,
                                      grad_out.sym_size(2), op);
   ROBOCACHE_SYM_CHECK(grad_out.sym_size(0).sym_eq(n.B) & grad_out.sym_size(1).sym_eq(n.W), op,
                       ": grad_out must be (B, W, D) with (B, W) = (", n.B, ", ", n.W,

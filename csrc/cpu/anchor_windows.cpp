@@ -66,11 +66,11 @@ anchor_windows_cpu(at::TensorList values, at::TensorList times, at::TensorList o
     const std::string where = std::string(kOp) + " (stream " + std::to_string(k) + ")";
     const at::Tensor query =
         at::add(anchor_time, deltas[k]);  // int64 addition wraps, as the kernels'
-    const Ragged r = ragged_inputs(times[k], offsets[k], episode, query, s, where.c_str());
+    const PackedIndex packed = packed_index(times[k], offsets[k], episode, query, s, where.c_str());
     at::Tensor out = at::empty_symint(anchor_window_shape(values[k], n, k), values[k].options());
-    at::Tensor is_pad = at::empty({r.B, r.W}, values[k].options().dtype(at::kBool));
-    at::Tensor age = at::empty({r.B, r.W}, values[k].options().dtype(at::kLong));
-    fill_windows(values[k], r, rules[k], out, is_pad, age);
+    at::Tensor is_pad = at::empty({packed.B, packed.W}, values[k].options().dtype(at::kBool));
+    at::Tensor age = at::empty({packed.B, packed.W}, values[k].options().dtype(at::kLong));
+    fill_windows(values[k], packed, rules[k], out, is_pad, age);
     outs.push_back(out);
     pads.push_back(is_pad);
     ages.push_back(age);

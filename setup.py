@@ -175,6 +175,7 @@ class BuildExt(BuildExtension):
 
 def _extension(with_cuda):
     sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
+    sources += sorted(glob.glob(os.path.join("csrc", "checks", "*.cpp")))
     sources += sorted(glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
     sources += sorted(glob.glob(os.path.join("csrc", "meta", "*.cpp")))
     include_dirs = [os.path.join(ROOT, "csrc", "include")]

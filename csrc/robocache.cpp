@@ -2,6 +2,8 @@
 //
 // Kernels are registered per dispatch key next to their code:
 //   csrc/cpu/<op>.cpp   (CPU)    csrc/cuda/<op>.cu   (CUDA)    csrc/meta/<op>.cpp (Meta)
+// and each of the three starts with the op's one symbolic check,
+// csrc/checks/<op>.cpp (declared in robocache/checks.h).
 // Autograd is registered from Python (robocache/_ops.py); every backward is
 // itself one of the operators below, so backward graphs trace under
 // torch.compile and torch.export.

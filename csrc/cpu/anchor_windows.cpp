@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "robocache/error.h"
-#include "robocache/window_checks.h"
+#include "robocache/checks.h"
 #include "windows_cpu.h"
 
 namespace robocache {
@@ -54,10 +54,11 @@ anchor_windows_cpu(at::TensorList values, at::TensorList times, at::TensorList o
                    const at::Tensor& anchor_times, const at::Tensor& index,
                    at::TensorList anchor_rows, c10::string_view modes, at::IntArrayRef intervals,
                    at::IntArrayRef tolerances, int64_t edge_tolerance) {
-  const std::vector<WindowRule> rules =
-      anchor_window_rules(modes, intervals, tolerances, edge_tolerance, values.size(), kOp);
-  const AnchorWindowSizes n = check_anchor_window_inputs(
-      values, times, offsets, deltas, anchor_offsets, anchor_times, index, anchor_rows, rules, kOp);
+  const auto checked =
+      check_anchor_windows(values, times, offsets, deltas, anchor_offsets, anchor_times, index,
+                           anchor_rows, modes, intervals, tolerances, edge_tolerance);
+  const std::vector<WindowRule>& rules = checked.rules;
+  const AnchorWindowSizes& n = checked.sizes;
   const at::Tensor episode = anchor_episodes(anchor_offsets, index, n.N_anchor.expect_int());
   const at::Tensor anchor_time = anchor_times.index_select(0, index).unsqueeze(1);
   std::vector<at::Tensor> outs, pads, ages;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "robocache/error.h"
-#include "robocache/window_checks.h"
+#include "robocache/checks.h"
 #include "windows_cpu.h"
 
 namespace robocache {
@@ -127,9 +127,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cpu(
     const at::Tensor& values, const at::Tensor& times, const at::Tensor& offsets,
     const at::Tensor& episode, const at::Tensor& query_times, c10::string_view mode,
     int64_t interval, int64_t tolerance, int64_t edge_tolerance) {
-  const WindowRule rule = window_rule(mode, interval, tolerance, edge_tolerance, kOp);
-  const WindowSizes n =
-      check_window_inputs(values, times, offsets, episode, query_times, rule, kOp);
+  const auto checked = check_sample_windows(values, times, offsets, episode, query_times, mode,
+                                            interval, tolerance, edge_tolerance);
+  const WindowRule& rule = checked.rule;
+  const WindowSizes& n = checked.sizes;
   const PackedIndex packed = packed_index(times, offsets, episode, query_times, n, kOp);
   const int64_t D = n.D.expect_int();
   at::Tensor out = at::empty({packed.B, packed.W, D}, values.options());
@@ -144,9 +145,11 @@ at::Tensor sample_windows_backward_cpu(const at::Tensor& grad_out, const at::Ten
                                        const at::Tensor& query_times, c10::string_view mode,
                                        int64_t interval, int64_t tolerance, int64_t edge_tolerance,
                                        c10::SymInt num_values) {
-  const WindowRule rule = window_rule(mode, interval, tolerance, edge_tolerance, kOp);
-  const WindowSizes n =
-      check_window_backward_inputs(grad_out, times, offsets, episode, query_times, num_values, kOp);
+  const auto checked =
+      check_sample_windows_backward(grad_out, times, offsets, episode, query_times, mode, interval,
+                                    tolerance, edge_tolerance, num_values);
+  const WindowRule& rule = checked.rule;
+  const WindowSizes& n = checked.sizes;
   const int64_t N = n.N.expect_int();
   const PackedIndex packed = packed_index(times, offsets, episode, query_times, n, kOp);
   const int64_t D = n.D.expect_int();

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "robocache/window_checks.h"
+#include "robocache/checks.h"
 
 namespace robocache {
 

@@ -14,7 +14,7 @@
 
 #include "anchor_windows_kernels.cuh"
 #include "launch.cuh"
-#include "robocache/window_checks.h"
+#include "robocache/checks.h"
 
 namespace robocache {
 namespace {
@@ -59,10 +59,11 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
                     at::TensorList anchor_rows, c10::string_view modes, at::IntArrayRef intervals,
                     at::IntArrayRef tolerances, int64_t edge_tolerance) {
   const size_t K = values.size();
-  const std::vector<WindowRule> rules =
-      anchor_window_rules(modes, intervals, tolerances, edge_tolerance, K, kOp);
-  const AnchorWindowSizes n = check_anchor_window_inputs(
-      values, times, offsets, deltas, anchor_offsets, anchor_times, index, anchor_rows, rules, kOp);
+  const auto checked =
+      check_anchor_windows(values, times, offsets, deltas, anchor_offsets, anchor_times, index,
+                           anchor_rows, modes, intervals, tolerances, edge_tolerance);
+  const std::vector<WindowRule>& rules = checked.rules;
+  const AnchorWindowSizes& n = checked.sizes;
   const c10::cuda::CUDAGuard guard(values[0].device());
   const int64_t B = n.B.expect_int();
   const at::Tensor a_off = anchor_offsets.contiguous(), a_times = anchor_times.contiguous(),

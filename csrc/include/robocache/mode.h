@@ -1,7 +1,7 @@
 // How an operator reads a stream at a query time, for every operator that
 // does: resample and fuse take nearest, previous and linear;
-// sample_windows and anchor_windows also take mean. The string parser is
-// parse_mode (robocache/checks.h).
+// sample_windows and anchor_windows also take mean. Every op's mode string
+// goes through one parser, parse_mode (csrc/checks/common.h).
 #pragma once
 
 #include <cstdint>

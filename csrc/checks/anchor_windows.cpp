@@ -1,108 +1,15 @@
-#include "robocache/window_checks.h"
-
-#include "robocache/checks.h"
-#include "robocache/error.h"
-
-#include <string>
+// The symbolic check of robocache::anchor_windows, shared by the CPU, CUDA
+// and Meta kernels (sizes only: no data is read, so it runs under fake
+// tensors): each stream's windows as sample_windows checks them, the anchor
+// stream, and the anchor-row tables.
+#include "common.h"
 
 namespace robocache {
 namespace {
 
-std::string shape_of(const at::Tensor& t) {
-  return message(t.sym_sizes());
-}
+constexpr const char* kOp = "robocache.anchor_windows";
 
-bool is_floating(at::ScalarType t) {
-  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
-}
-
-void check_index_tensor(const at::Tensor& t, const char* name, int64_t dim, const char* shape,
-                        const at::Tensor& values, const char* op) {
-  ROBOCACHE_CHECK_TYPE(t.scalar_type() == at::kLong, op, ": ", name, " must be int64; got ",
-                       t.scalar_type());
-  ROBOCACHE_CHECK_VALUE(t.dim() == dim, op, ": ", name, " must be ", shape, "; got shape ",
-                        shape_of(t));
-  ROBOCACHE_CHECK_VALUE(t.device() == values.device(), op, ": ", name,
-                        " must be on the same device as values; got values on ", values.device(),
-                        " and ", name, " on ", t.device());
-}
-
-}  // namespace
-
-WindowRule window_rule(c10::string_view mode, int64_t interval, int64_t tolerance,
-                       int64_t edge_tolerance, const char* op) {
-  WindowRule rule{parse_mode(mode, ModeSet::Window, op), interval, tolerance, edge_tolerance};
-  ROBOCACHE_CHECK_VALUE(interval >= 0, op, ": interval must be >= 0 ns; got ", interval);
-  ROBOCACHE_CHECK_VALUE(rule.mode != Mode::Mean || interval > 0, op,
-                        ": mode 'mean' needs an interval > 0 ns (the samples in "
-                        "(q - interval, q] are averaged); got ",
-                        interval);
-  ROBOCACHE_CHECK_VALUE(tolerance >= -1, op, ": tolerance must be >= 0 ns, or -1 for none; got ",
-                        tolerance);
-  ROBOCACHE_CHECK_VALUE(edge_tolerance >= 0, op, ": edge_tolerance must be >= 0 ns; got ",
-                        edge_tolerance);
-  return rule;
-}
-
-namespace {
-
-// times, offsets, episode and query_times against N rows on `device`.
-WindowSizes check_packed(const at::Tensor& times, const at::Tensor& offsets,
-                         const at::Tensor& episode, const at::Tensor& query_times,
-                         const at::Tensor& values, const c10::SymInt& N, const c10::SymInt& D,
-                         const char* op) {
-  check_index_tensor(times, "times", 1, "(N,)", values, op);
-  check_index_tensor(offsets, "offsets", 1, "(E + 1,)", values, op);
-  check_index_tensor(episode, "episode", 1, "(B,)", values, op);
-  check_index_tensor(query_times, "query_times", 2, "(B, W)", values, op);
-  WindowSizes n{N, D, offsets.sym_size(0) - 1, episode.sym_size(0), query_times.sym_size(1)};
-  ROBOCACHE_SYM_CHECK(times.sym_size(0).sym_eq(n.N), op,
-                      ": times must have one entry per row of values (N = ", n.N,
-                      "); got times shape ", shape_of(times));
-  ROBOCACHE_SYM_CHECK(offsets.sym_size(0).sym_ge(1), op,
-                      ": offsets must have E + 1 >= 1 entries; got shape ", shape_of(offsets));
-  ROBOCACHE_SYM_CHECK(query_times.sym_size(0).sym_eq(n.B), op,
-                      ": query_times must have one row per entry of episode; got episode shape ",
-                      shape_of(episode), " and query_times shape ", shape_of(query_times));
-  return n;
-}
-
-}  // namespace
-
-WindowSizes check_window_inputs(const at::Tensor& values, const at::Tensor& times,
-                                const at::Tensor& offsets, const at::Tensor& episode,
-                                const at::Tensor& query_times, const WindowRule& rule,
-                                const char* op) {
-  ROBOCACHE_CHECK_VALUE(values.dim() == 2, op, ": values must be 2-D (N, D); got shape ",
-                        shape_of(values));
-  const bool blends = mode_blends(rule.mode);
-  ROBOCACHE_CHECK_TYPE(!blends || is_floating(values.scalar_type()), op, ": mode '",
-                       mode_name(rule.mode),
-                       "' needs float32, float64, float16 or bfloat16 values; got ",
-                       values.scalar_type(), " (use 'nearest' or 'previous')");
-  return check_packed(times, offsets, episode, query_times, values, values.sym_size(0),
-                      values.sym_size(1), op);
-}
-
-WindowSizes check_window_backward_inputs(const at::Tensor& grad_out, const at::Tensor& times,
-                                         const at::Tensor& offsets, const at::Tensor& episode,
-                                         const at::Tensor& query_times,
-                                         const c10::SymInt& num_values, const char* op) {
-  ROBOCACHE_CHECK_TYPE(is_floating(grad_out.scalar_type()), op, ": grad_out must be floating; got ",
-                       grad_out.scalar_type());
-  ROBOCACHE_CHECK_VALUE(grad_out.dim() == 3, op, ": grad_out must be 3-D (B, W, D); got shape ",
-                        shape_of(grad_out));
-  ROBOCACHE_SYM_CHECK(num_values.sym_ge(0), op, ": num_values must be >= 0; got ", num_values);
-  const WindowSizes n = check_packed(times, offsets, episode, query_times, grad_out, num_values,
-                                     grad_out.sym_size(2), op);
-  ROBOCACHE_SYM_CHECK(grad_out.sym_size(0).sym_eq(n.B) & grad_out.sym_size(1).sym_eq(n.W), op,
-                      ": grad_out must be (B, W, D) with (B, W) = (", n.B, ", ", n.W,
-                      "); got shape ", shape_of(grad_out));
-  return n;
-}
-
-namespace {
-
+// "linear,previous" as its modes; spaces are dropped.
 std::vector<std::string> split_modes(c10::string_view modes) {
   std::vector<std::string> tokens(1);
   for (char c : modes) {
@@ -124,11 +31,12 @@ int64_t per_stream(c10::IntArrayRef given, size_t k, size_t K, int64_t fallback,
   return given.empty() ? fallback : given[given.size() == 1 ? 0 : k];
 }
 
-}  // namespace
-
+// One rule per stream: modes one for all or K comma-separated; intervals and
+// tolerances empty (0 and -1 for all), one for all, or K.
 std::vector<WindowRule> anchor_window_rules(c10::string_view modes, c10::IntArrayRef intervals,
                                             c10::IntArrayRef tolerances, int64_t edge_tolerance,
-                                            size_t K, const char* op) {
+                                            size_t K) {
+  const char* op = kOp;
   const std::vector<std::string> tokens = split_modes(modes);
   ROBOCACHE_CHECK_VALUE(tokens.size() == 1 || tokens.size() == K, op,
                         ": modes must be one mode or one per stream, comma-separated; got ",
@@ -149,19 +57,19 @@ AnchorWindowSizes check_anchor_window_inputs(at::TensorList values, at::TensorLi
                                              const at::Tensor& anchor_offsets,
                                              const at::Tensor& anchor_times,
                                              const at::Tensor& index, at::TensorList anchor_rows,
-                                             const std::vector<WindowRule>& rules, const char* op) {
+                                             const std::vector<WindowRule>& rules) {
+  const char* op = kOp;
   const size_t K = values.size();
   ROBOCACHE_CHECK_VALUE(K >= 1, op, ": values must hold at least one stream");
   ROBOCACHE_CHECK_VALUE(times.size() == K && offsets.size() == K && deltas.size() == K, op,
                         ": values, times, offsets and deltas must hold one tensor per stream; got ",
                         K, ", ", times.size(), ", ", offsets.size(), " and ", deltas.size());
-  ROBOCACHE_CHECK_VALUE(rules.size() == K, op, ": one rule per stream");  // internal
   check_index_tensor(anchor_offsets, "anchor_offsets", 1, "(E + 1,)", values[0], op);
   check_index_tensor(anchor_times, "anchor_times", 1, "(N_anchor,)", values[0], op);
   check_index_tensor(index, "index", 1, "(B,)", values[0], op);
   ROBOCACHE_SYM_CHECK(anchor_offsets.sym_size(0).sym_ge(1), op,
                       ": anchor_offsets must have E + 1 >= 1 entries; got shape ",
-                      shape_of(anchor_offsets));
+                      shape_str(anchor_offsets));
   AnchorWindowSizes n{
       anchor_offsets.sym_size(0) - 1, index.sym_size(0), anchor_times.sym_size(0), {}};
   for (size_t k = 0; k < K; ++k) {
@@ -174,7 +82,7 @@ AnchorWindowSizes check_anchor_window_inputs(at::TensorList values, at::TensorLi
                           ": every stream must be on one device; got values[0] on ",
                           values[0].device(), " and ", v_name, " on ", v.device());
     const bool blends = mode_blends(rules[k].mode);
-    ROBOCACHE_CHECK_TYPE(!blends || is_floating(v.scalar_type()), op, ": mode '",
+    ROBOCACHE_CHECK_TYPE(!blends || is_value_dtype(v.scalar_type()), op, ": mode '",
                          mode_name(rules[k].mode), "' of ", v_name,
                          " needs float32, float64, float16 or bfloat16 values; got ",
                          v.scalar_type(), " (use 'nearest' or 'previous')");
@@ -187,13 +95,13 @@ AnchorWindowSizes check_anchor_window_inputs(at::TensorList values, at::TensorLi
     WindowSizes s{v.sym_size(0), D, n.E, n.B, deltas[k].sym_size(0)};
     ROBOCACHE_SYM_CHECK(times[k].sym_size(0).sym_eq(s.N), op, ": ", t_name,
                         " must have one entry per row of ", v_name, " (N = ", s.N, "); got shape ",
-                        shape_of(times[k]));
+                        shape_str(times[k]));
     ROBOCACHE_SYM_CHECK(offsets[k].sym_size(0).sym_eq(anchor_offsets.sym_size(0)), op, ": ", o_name,
                         " must have E + 1 = ", anchor_offsets.sym_size(0),
-                        " entries, as anchor_offsets has; got shape ", shape_of(offsets[k]));
+                        " entries, as anchor_offsets has; got shape ", shape_str(offsets[k]));
     ROBOCACHE_SYM_CHECK(s.W.sym_ge(1), op, ": ", d_name,
                         " must hold at least one offset from the anchor time; got shape ",
-                        shape_of(deltas[k]));
+                        shape_str(deltas[k]));
     n.streams.push_back(s);
   }
   for (size_t j = 0; j < anchor_rows.size(); ++j) {
@@ -206,9 +114,25 @@ AnchorWindowSizes check_anchor_window_inputs(at::TensorList values, at::TensorLi
                           values[0].device(), " and ", name, " on ", rows.device());
     ROBOCACHE_SYM_CHECK(rows.sym_size(0).sym_eq(n.N_anchor), op, ": ", name,
                         " must have one row per row of the anchor stream (N_anchor = ", n.N_anchor,
-                        "); got shape ", shape_of(rows));
+                        "); got shape ", shape_str(rows));
   }
   return n;
+}
+
+}  // namespace
+
+AnchorWindowsChecked check_anchor_windows(at::TensorList values, at::TensorList times,
+                                          at::TensorList offsets, at::TensorList deltas,
+                                          const at::Tensor& anchor_offsets,
+                                          const at::Tensor& anchor_times, const at::Tensor& index,
+                                          at::TensorList anchor_rows, c10::string_view modes,
+                                          c10::IntArrayRef intervals, c10::IntArrayRef tolerances,
+                                          int64_t edge_tolerance) {
+  AnchorWindowsChecked checked;
+  checked.rules = anchor_window_rules(modes, intervals, tolerances, edge_tolerance, values.size());
+  checked.sizes = check_anchor_window_inputs(values, times, offsets, deltas, anchor_offsets,
+                                             anchor_times, index, anchor_rows, checked.rules);
+  return checked;
 }
 
 std::vector<c10::SymInt> anchor_window_shape(const at::Tensor& values, const AnchorWindowSizes& n,

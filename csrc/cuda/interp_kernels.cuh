@@ -183,9 +183,10 @@ __device__ __forceinline__ bool gather_tile(const InterpSources<value_t, stamp_t
     const RowRef<W>* tile = refs + k * Q;
     value_t* dst = out + p.col[k];
     for (int64_t v = sub; v < nvec; v += G) {
-      // The exact pass runs rarely. Where its kBatch rows in flight made
-      // the quick loop spill (16-bit values, and the multi-stream kernels),
-      // it takes one row at a time; elsewhere that change cost registers.
+      // The exact pass runs rarely. For 16-bit values and in the
+      // multi-stream kernels it takes one row at a time, since kBatch rows
+      // in flight there make the quick loop spill; elsewhere one row at a
+      // time takes more registers than kBatch rows.
       constexpr bool kOneRow = kExact && (sizeof(value_t) == 2 || MAXK > 1);
       constexpr int NB = kOneRow ? 1 : kBatch;
       for (int r = r0; r < nq; r += NB * R) {

@@ -113,18 +113,17 @@ void for_each_launch(const InterpInputs& in, const std::vector<int64_t>& cols, i
 
 // The forward kernel's tiles: `threads` (32, 64, 128 or 256: a block holds
 // kThreads / threads tiles) take `queries` queries (a power of two in
-// [32, 256]). Measured on an H200 (docs/performance.md):
+// [32, 256]); docs/performance.md has the choices' timings:
 //  - several streams (fuse): a whole block shares a tile, so that the
 //    searches of every stream and the rows of a few wide queries spread over
-//    256 threads;
+//    256 threads, in fewer and fuller blocks than 32-query tiles give;
 //  - one stream: two tiles of 128 threads a block, each of up to 128 queries
 //    (one search a thread), so that the two tiles of a block search at
-//    different times; more queries a thread made each search phase longer
-//    than the copying it hides behind.
+//    different times; more queries a thread would make each search phase
+//    longer than the copying it hides behind.
 // Fewer queries a tile when the launch would have fewer than `min_blocks`
 // blocks for each multiprocessor, or a thread more than `items` output
-// vectors. With several streams too, fewer and fuller blocks won over
-// 32-query tiles (docs/performance.md).
+// vectors.
 struct ForwardTile {
   int threads, queries;
 };

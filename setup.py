@@ -290,6 +290,7 @@ def _extension(with_cuda):
     """robocache._C: its CPU and Meta kernels, and its CUDA kernels `with_cuda`.
     Without torch, only its name and sources (an sdist needs no more)."""
     sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
+    sources += sorted(glob.glob(os.path.join("csrc", "checks", "*.cpp")))
     sources += sorted(glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
     sources += sorted(glob.glob(os.path.join("csrc", "meta", "*.cpp")))
     if torch is None:

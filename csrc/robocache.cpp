@@ -2,6 +2,8 @@
 //
 // Kernels are registered per dispatch key next to their code:
 //   csrc/cpu/<op>.cpp   (CPU)    csrc/cuda/<op>.cu   (CUDA)    csrc/meta/<op>.cpp (Meta)
+// and each of the three starts with the op's one symbolic check,
+// csrc/checks/<op>.cpp (declared in robocache/checks.h).
 // Autograd is registered from Python (robocache/_ops.py); every backward is
 // itself one of the operators below, so backward graphs trace under
 // torch.compile and torch.export.
@@ -63,7 +65,7 @@ TORCH_LIBRARY(robocache, m) {
       "SymInt[] grid_size, float[] voxel_size, float[] origin, str reduce, Tensor result, "
       "Tensor? voxel_size_tensor=None, Tensor? origin_tensor=None) -> Tensor",
       {at::Tag::pt2_compliant_tag});
-  // Windows cut from a packed ragged stream (every episode's samples back to
+  // Windows cut from a packed stream (every episode's samples back to
   // back; episode e owns rows [offsets[e], offsets[e + 1])): for window b,
   // the samples of episode[b] at query_times[b, :] (int64 ns). mode: nearest |
   // previous (any dtype) | linear | mean (floating; mean averages the samples

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "robocache/error.h"
-#include "robocache/window_checks.h"
+#include "robocache/checks.h"
 #include "windows_cpu.h"
 
 namespace robocache {
@@ -54,10 +54,11 @@ anchor_windows_cpu(at::TensorList values, at::TensorList times, at::TensorList o
                    const at::Tensor& anchor_times, const at::Tensor& index,
                    at::TensorList anchor_rows, c10::string_view modes, at::IntArrayRef intervals,
                    at::IntArrayRef tolerances, int64_t edge_tolerance) {
-  const std::vector<WindowRule> rules =
-      anchor_window_rules(modes, intervals, tolerances, edge_tolerance, values.size(), kOp);
-  const AnchorWindowSizes n = check_anchor_window_inputs(
-      values, times, offsets, deltas, anchor_offsets, anchor_times, index, anchor_rows, rules, kOp);
+  const auto checked =
+      check_anchor_windows(values, times, offsets, deltas, anchor_offsets, anchor_times, index,
+                           anchor_rows, modes, intervals, tolerances, edge_tolerance);
+  const std::vector<WindowRule>& rules = checked.rules;
+  const AnchorWindowSizes& n = checked.sizes;
   const at::Tensor episode = anchor_episodes(anchor_offsets, index, n.N_anchor.expect_int());
   const at::Tensor anchor_time = anchor_times.index_select(0, index).unsqueeze(1);
   std::vector<at::Tensor> outs, pads, ages;
@@ -66,11 +67,11 @@ anchor_windows_cpu(at::TensorList values, at::TensorList times, at::TensorList o
     const std::string where = std::string(kOp) + " (stream " + std::to_string(k) + ")";
     const at::Tensor query =
         at::add(anchor_time, deltas[k]);  // int64 addition wraps, as the kernels'
-    const Ragged r = ragged_inputs(times[k], offsets[k], episode, query, s, where.c_str());
+    const PackedIndex packed = packed_index(times[k], offsets[k], episode, query, s, where.c_str());
     at::Tensor out = at::empty_symint(anchor_window_shape(values[k], n, k), values[k].options());
-    at::Tensor is_pad = at::empty({r.B, r.W}, values[k].options().dtype(at::kBool));
-    at::Tensor age = at::empty({r.B, r.W}, values[k].options().dtype(at::kLong));
-    fill_windows(values[k], r, rules[k], out, is_pad, age);
+    at::Tensor is_pad = at::empty({packed.B, packed.W}, values[k].options().dtype(at::kBool));
+    at::Tensor age = at::empty({packed.B, packed.W}, values[k].options().dtype(at::kLong));
+    fill_windows(values[k], packed, rules[k], out, is_pad, age);
     outs.push_back(out);
     pads.push_back(is_pad);
     ages.push_back(age);

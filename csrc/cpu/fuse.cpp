@@ -1,6 +1,7 @@
 // CPU entry points of robocache::fuse and robocache::_fuse_backward.
 // The kernels are shared with resample (the interp kernels, csrc/cpu/interp_kernels.cpp).
-// Lengths outside [1, S] are rejected here (reading them is free on the CPU).
+// After the shared check (csrc/checks/fuse.cpp), lengths outside [1, S] are
+// rejected too (reading them is free on the CPU).
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
@@ -10,19 +11,19 @@
 namespace robocache {
 namespace {
 
-constexpr const char* kOp = "robocache.fuse";
-
 at::Tensor fuse_cpu(at::TensorList values, at::TensorList times, const at::Tensor& query_times,
                     const std::optional<at::Tensor>& lengths, c10::string_view modes) {
-  return interp_forward_cpu(fuse_inputs(values, times, query_times, lengths, modes, true));
+  const auto checked = check_fuse(values, times, query_times, lengths, modes);
+  return interp_forward_cpu(fuse_inputs(checked, values, times, query_times, true));
 }
 
 std::tuple<std::vector<at::Tensor>, at::Tensor> fuse_backward_cpu(
     const at::Tensor& grad_out, at::TensorList values, at::TensorList times,
     const at::Tensor& query_times, const std::optional<at::Tensor>& lengths, c10::string_view modes,
     const c10::List<bool>& values_grad, bool query_grad) {
-  const auto in = fuse_inputs(values, times, query_times, lengths, modes, true);
-  check_backward_args(in, grad_out, values_grad.size(), query_grad, kOp);
+  const auto checked = check_fuse_backward(grad_out, values, times, query_times, lengths, modes,
+                                           values_grad.size(), query_grad);
+  const auto in = fuse_inputs(checked, values, times, query_times, true);
   return interp_backward_cpu(in, grad_out, values_grad.vec(), query_grad);
 }
 

@@ -15,16 +15,16 @@ namespace robocache {
 namespace {
 
 template <typename value_t, typename stamp_t>
-std::vector<StreamArgs<value_t, stamp_t>> streams_of(const InterpInputs& in) {
-  std::vector<StreamArgs<value_t, stamp_t>> s;
+std::vector<InterpSource<value_t, stamp_t>> sources_of(const InterpInputs& in) {
+  std::vector<InterpSource<value_t, stamp_t>> s;
   for (size_t k = 0; k < in.values.size(); ++k)
     s.push_back(
-        stream_args<value_t, stamp_t>(in.values[k], in.times[k], in.lengths[k], in.modes[k]));
+        interp_source<value_t, stamp_t>(in.values[k], in.times[k], in.lengths[k], in.modes[k]));
   return s;
 }
 
 template <typename value_t, typename stamp_t>
-void write_channels(const StreamArgs<value_t, stamp_t>& s, const Location<weight_t<stamp_t>>& loc,
+void write_channels(const InterpSource<value_t, stamp_t>& s, const Location<weight_t<stamp_t>>& loc,
                     int64_t b, value_t* __restrict__ dst) {
   using C = compute_t<value_t>;
   if (loc.nan) {
@@ -38,25 +38,39 @@ void write_channels(const StreamArgs<value_t, stamp_t>& s, const Location<weight
     std::copy(r0, r0 + s.D, dst);
     return;
   }
+  // The quick pass: blend's quick result for every channel, with no branch in
+  // the loop so that the compiler vectorises it, and a note of whether any
+  // result is not finite (an OR, which vectorises too). A finite result is
+  // blend's exactly; where one is not, the exact pass writes the row again
+  // with blend, value by value (as the CUDA kernel does, blend_quick_lanes).
+  int non_finite = 0;
+  for (int64_t d = 0; d < s.D; ++d) {
+    const C v0 = C(r0[d]);
+    const C r = blend_quick(v0, C(r1[d]) - v0, w);
+    non_finite |= int(!is_finite(r));
+    dst[d] = value_t(r);
+  }
+  if (C10_LIKELY(non_finite == 0))
+    return;
   for (int64_t d = 0; d < s.D; ++d)
     dst[d] = value_t(blend(C(r0[d]), C(r1[d]), w));
 }
 
 template <typename value_t, typename stamp_t>
 void forward_impl(const InterpInputs& in, const std::vector<int64_t>& cols, at::Tensor& out) {
-  const auto streams = streams_of<value_t, stamp_t>(in);
-  const auto q = query_args<stamp_t>(in.query);
+  const auto sources = sources_of<value_t, stamp_t>(in);
+  const auto q = interp_query<stamp_t>(in.query);
   const int64_t T = out.size(1), row_len = out.size(2);
   value_t* o = out.data_ptr<value_t>();
   const int64_t grain = std::max<int64_t>(1, 2048 / std::max<int64_t>(row_len, 1));
   at::parallel_for(0, out.size(0) * T, grain, [&](int64_t begin, int64_t end) {
     // Each stream's search starts from the previous query's answer: sorted
     // queries then cost a step or two each instead of log2(S).
-    std::vector<int64_t> hints(streams.size(), -1);
+    std::vector<int64_t> hints(sources.size(), -1);
     for (int64_t i = begin; i < end; ++i) {
       const int64_t b = i / T, t = i - b * T;
-      for (size_t k = 0; k < streams.size(); ++k) {
-        write_channels(streams[k], locate_query(streams[k], q, b, t, &hints[k]), b,
+      for (size_t k = 0; k < sources.size(); ++k) {
+        write_channels(sources[k], locate_query(sources[k], q, b, t, &hints[k]), b,
                        o + i * row_len + cols[k]);
       }
     }
@@ -69,17 +83,17 @@ void backward_impl(const InterpInputs& in, const std::vector<int64_t>& cols, con
                    const std::vector<compute_t<value_t>*>& gv, weight_t<stamp_t>* gq) {
   using C = compute_t<value_t>;
   using W = weight_t<stamp_t>;
-  const auto streams = streams_of<value_t, stamp_t>(in);
-  const auto q = query_args<stamp_t>(in.query);
+  const auto sources = sources_of<value_t, stamp_t>(in);
+  const auto q = interp_query<stamp_t>(in.query);
   const int64_t B = grad.size(0), T = grad.size(1), row_len = grad.size(2);
   const value_t* g = grad.data_ptr<value_t>();
   at::parallel_for(0, B, 1, [&](int64_t b_begin, int64_t b_end) {
-    std::vector<int64_t> hints(streams.size(), -1);  // as in forward_impl
+    std::vector<int64_t> hints(sources.size(), -1);  // as in forward_impl
     for (int64_t b = b_begin; b < b_end; ++b) {
       for (int64_t t = 0; t < T; ++t) {
         W slope = W(0);
-        for (size_t k = 0; k < streams.size(); ++k) {
-          const auto& s = streams[k];
+        for (size_t k = 0; k < sources.size(); ++k) {
+          const auto& s = sources[k];
           const auto loc = locate_query(s, q, b, t, &hints[k]);
           if (loc.nan)
             continue;

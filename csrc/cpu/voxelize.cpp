@@ -18,7 +18,6 @@
 namespace robocache {
 namespace {
 
-constexpr const char* kOp = "robocache.voxelize";
 // Points whose voxel indices are computed before any of them is scattered.
 constexpr int64_t kPointsIndexedAhead = 256;
 
@@ -83,11 +82,13 @@ void accumulate(const VoxelInputs& in, compute_t<feat_t>* acc, int32_t* counts,
 at::Tensor voxelize_cpu(const at::Tensor& points, const std::optional<at::Tensor>& features,
                         const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
                         at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
-                        c10::string_view reduce_str,
-                        const std::optional<at::Tensor>& voxel_size_tensor,
+                        c10::string_view reduce, const std::optional<at::Tensor>& voxel_size_tensor,
                         const std::optional<at::Tensor>& origin_tensor) {
-  const auto in = voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
-                                  reduce_str, voxel_size_tensor, origin_tensor, true);
+  const auto checked =
+      check_voxelize(points, features, lengths, c10::fromIntArrayRefSlow(grid_size), voxel_size,
+                     origin, reduce, voxel_size_tensor, origin_tensor);
+  const auto in = voxelize_inputs(checked, points, features, lengths, grid_size, voxel_size, origin,
+                                  voxel_size_tensor, origin_tensor, true);
   const int64_t B = in.B(), C = in.C(), cells = in.cells();
   at::Tensor result;
   AT_DISPATCH_FLOATING_TYPES(points.scalar_type(), "voxelize_cpu", [&] {
@@ -180,13 +181,15 @@ at::Tensor voxelize_backward_cpu(const at::Tensor& grad, const at::Tensor& point
                                  const at::Tensor& features,
                                  const std::optional<at::Tensor>& lengths,
                                  at::IntArrayRef grid_size, at::ArrayRef<double> voxel_size,
-                                 at::ArrayRef<double> origin, c10::string_view reduce_str,
+                                 at::ArrayRef<double> origin, c10::string_view reduce,
                                  const at::Tensor& result,
                                  const std::optional<at::Tensor>& voxel_size_tensor,
                                  const std::optional<at::Tensor>& origin_tensor) {
-  const auto in = voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
-                                  reduce_str, voxel_size_tensor, origin_tensor, true);
-  check_voxelize_backward_args(in, grad, result, reduce_str);
+  const auto checked =
+      check_voxelize_backward(grad, points, features, lengths, c10::fromIntArrayRefSlow(grid_size),
+                              voxel_size, origin, reduce, result, voxel_size_tensor, origin_tensor);
+  const auto in = voxelize_inputs(checked, points, features, lengths, grid_size, voxel_size, origin,
+                                  voxel_size_tensor, origin_tensor, true);
   const int64_t B = in.B(), C = in.C();
   at::Tensor grad_features = at::empty({B, in.N(), C}, features.options());
   const at::Tensor g = grad.to(features.scalar_type()).contiguous().view({B, C, in.cells()});

@@ -14,28 +14,31 @@
 #include <vector>
 
 #include "robocache/error.h"
-#include "robocache/window_checks.h"
+#include "robocache/checks.h"
 #include "windows_cpu.h"
 
 namespace robocache {
 
-Ragged ragged_inputs(const at::Tensor& times, const at::Tensor& offsets, const at::Tensor& episode,
-                     const at::Tensor& query_times, const WindowSizes& n, const char* op) {
-  Ragged r{times.contiguous(), offsets.contiguous(), episode.contiguous(), query_times.contiguous(),
-           n.N.expect_int(),   n.E.expect_int(),     n.B.expect_int(),     n.W.expect_int()};
-  const int64_t* off = r.offsets.data_ptr<int64_t>();
-  ROBOCACHE_CHECK_VALUE(off[0] >= 0 && off[r.E] <= r.N, op, ": offsets must lie in [0, N = ", r.N,
-                        "]; got offsets[0] = ", off[0], " and offsets[E] = ", off[r.E]);
-  for (int64_t e = 0; e < r.E; ++e) {
+PackedIndex packed_index(const at::Tensor& times, const at::Tensor& offsets,
+                         const at::Tensor& episode, const at::Tensor& query_times,
+                         const WindowSizes& n, const char* op) {
+  PackedIndex packed{times.contiguous(),       offsets.contiguous(), episode.contiguous(),
+                     query_times.contiguous(), n.N.expect_int(),     n.E.expect_int(),
+                     n.B.expect_int(),         n.W.expect_int()};
+  const int64_t* off = packed.offsets.data_ptr<int64_t>();
+  ROBOCACHE_CHECK_VALUE(off[0] >= 0 && off[packed.E] <= packed.N, op,
+                        ": offsets must lie in [0, N = ", packed.N, "]; got offsets[0] = ", off[0],
+                        " and offsets[E] = ", off[packed.E]);
+  for (int64_t e = 0; e < packed.E; ++e) {
     ROBOCACHE_CHECK_VALUE(off[e] <= off[e + 1], op, ": offsets must be non-decreasing; offsets[", e,
                           "] = ", off[e], " > offsets[", e + 1, "] = ", off[e + 1]);
   }
-  const int64_t* ep = r.episode.data_ptr<int64_t>();
-  for (int64_t b = 0; b < r.B; ++b) {
-    ROBOCACHE_CHECK_VALUE(ep[b] >= 0 && ep[b] < r.E, op, ": episode[", b, "] = ", ep[b],
-                          " is not an episode of this stream (there are ", r.E, ")");
+  const int64_t* ep = packed.episode.data_ptr<int64_t>();
+  for (int64_t b = 0; b < packed.B; ++b) {
+    ROBOCACHE_CHECK_VALUE(ep[b] >= 0 && ep[b] < packed.E, op, ": episode[", b, "] = ", ep[b],
+                          " is not an episode of this stream (there are ", packed.E, ")");
   }
-  return r;
+  return packed;
 }
 
 namespace {
@@ -43,16 +46,16 @@ namespace {
 constexpr const char* kOp = "robocache.sample_windows";
 
 // Raw pointers of the index tensors, read once per call.
-struct RaggedView {
+struct PackedIndexView {
   const int64_t *times, *offsets, *episode, *query;
   int64_t W;
 
-  explicit RaggedView(const Ragged& r)
-      : times(r.times.data_ptr<int64_t>()),
-        offsets(r.offsets.data_ptr<int64_t>()),
-        episode(r.episode.data_ptr<int64_t>()),
-        query(r.query.data_ptr<int64_t>()),
-        W(r.W) {}
+  explicit PackedIndexView(const PackedIndex& packed)
+      : times(packed.times.data_ptr<int64_t>()),
+        offsets(packed.offsets.data_ptr<int64_t>()),
+        episode(packed.episode.data_ptr<int64_t>()),
+        query(packed.query.data_ptr<int64_t>()),
+        W(packed.W) {}
 
   // Calls f(m, pick) for the queries m of windows [b_begin, b_end).
   template <typename F>
@@ -84,22 +87,23 @@ void blend_rows(const WindowPick& p, const value_t* values, int64_t D, value_t* 
 
 }  // namespace
 
-void fill_windows(const at::Tensor& values, const Ragged& r, const WindowRule& rule,
+void fill_windows(const at::Tensor& values, const PackedIndex& packed, const WindowRule& rule,
                   at::Tensor& out, at::Tensor& is_pad, at::Tensor& age) {
   const at::Tensor v = values.contiguous();
-  const int64_t D = r.B * r.W > 0 ? out.numel() / (r.B * r.W) : 0;
+  const int64_t D = packed.B * packed.W > 0 ? out.numel() / (packed.B * packed.W) : 0;
   bool* pad_ptr = is_pad.data_ptr<bool>();
   int64_t* age_ptr = age.data_ptr<int64_t>();
-  const bool blends = rule.mode == WindowMode::Linear || rule.mode == WindowMode::Mean;
+  const bool blends = mode_blends(rule.mode);
   const size_t row_bytes = size_t(D) * v.element_size();
   const auto* src = static_cast<const char*>(v.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());
-  const RaggedView view(r);
+  const PackedIndexView view(packed);
   // Windows split between threads, a few thousand bytes of output each.
-  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, r.W * int64_t(row_bytes)));
+  const int64_t grain =
+      std::max<int64_t>(1, 4096 / std::max<int64_t>(1, packed.W * int64_t(row_bytes)));
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, blends ? values.scalar_type() : at::kFloat, "sample_windows", [&] {
-        at::parallel_for(0, r.B, grain, [&](int64_t b_begin, int64_t b_end) {
+        at::parallel_for(0, packed.B, grain, [&](int64_t b_begin, int64_t b_end) {
           view.for_each_pick(rule, b_begin, b_end, [&](int64_t m, const WindowPick& p) {
             pad_ptr[m] = p.pad;
             age_ptr[m] = p.age;
@@ -123,15 +127,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cpu(
     const at::Tensor& values, const at::Tensor& times, const at::Tensor& offsets,
     const at::Tensor& episode, const at::Tensor& query_times, c10::string_view mode,
     int64_t interval, int64_t tolerance, int64_t edge_tolerance) {
-  const WindowRule rule = window_rule(mode, interval, tolerance, edge_tolerance, kOp);
-  const WindowSizes n =
-      check_window_inputs(values, times, offsets, episode, query_times, rule, kOp);
-  const Ragged r = ragged_inputs(times, offsets, episode, query_times, n, kOp);
+  const auto checked = check_sample_windows(values, times, offsets, episode, query_times, mode,
+                                            interval, tolerance, edge_tolerance);
+  const WindowRule& rule = checked.rule;
+  const WindowSizes& n = checked.sizes;
+  const PackedIndex packed = packed_index(times, offsets, episode, query_times, n, kOp);
   const int64_t D = n.D.expect_int();
-  at::Tensor out = at::empty({r.B, r.W, D}, values.options());
-  at::Tensor is_pad = at::empty({r.B, r.W}, values.options().dtype(at::kBool));
-  at::Tensor age = at::empty({r.B, r.W}, values.options().dtype(at::kLong));
-  fill_windows(values, r, rule, out, is_pad, age);
+  at::Tensor out = at::empty({packed.B, packed.W, D}, values.options());
+  at::Tensor is_pad = at::empty({packed.B, packed.W}, values.options().dtype(at::kBool));
+  at::Tensor age = at::empty({packed.B, packed.W}, values.options().dtype(at::kLong));
+  fill_windows(values, packed, rule, out, is_pad, age);
   return {out, is_pad, age};
 }
 
@@ -140,11 +145,13 @@ at::Tensor sample_windows_backward_cpu(const at::Tensor& grad_out, const at::Ten
                                        const at::Tensor& query_times, c10::string_view mode,
                                        int64_t interval, int64_t tolerance, int64_t edge_tolerance,
                                        c10::SymInt num_values) {
-  const WindowRule rule = window_rule(mode, interval, tolerance, edge_tolerance, kOp);
-  const WindowSizes n =
-      check_window_backward_inputs(grad_out, times, offsets, episode, query_times, num_values, kOp);
+  const auto checked =
+      check_sample_windows_backward(grad_out, times, offsets, episode, query_times, mode, interval,
+                                    tolerance, edge_tolerance, num_values);
+  const WindowRule& rule = checked.rule;
+  const WindowSizes& n = checked.sizes;
   const int64_t N = n.N.expect_int();
-  const Ragged r = ragged_inputs(times, offsets, episode, query_times, n, kOp);
+  const PackedIndex packed = packed_index(times, offsets, episode, query_times, n, kOp);
   const int64_t D = n.D.expect_int();
   const at::Tensor g = grad_out.contiguous();
   at::Tensor grad_values;
@@ -157,14 +164,14 @@ at::Tensor sample_windows_backward_cpu(const at::Tensor& grad_out, const at::Ten
         const scalar_t* g_ptr = g.data_ptr<scalar_t>();
         // Each query located once; then channels split between threads,
         // queries in order: deterministic sums.
-        std::vector<WindowPick> picks(size_t(r.B * r.W));
-        const RaggedView view(r);
-        at::parallel_for(0, r.B, 1, [&](int64_t b_begin, int64_t b_end) {
+        std::vector<WindowPick> picks(size_t(packed.B * packed.W));
+        const PackedIndexView view(packed);
+        at::parallel_for(0, packed.B, 1, [&](int64_t b_begin, int64_t b_end) {
           view.for_each_pick(rule, b_begin, b_end,
                              [&](int64_t m, const WindowPick& p) { picks[size_t(m)] = p; });
         });
         at::parallel_for(0, D, 1, [&](int64_t d_begin, int64_t d_end) {
-          for (int64_t m = 0; m < r.B * r.W; ++m) {
+          for (int64_t m = 0; m < packed.B * packed.W; ++m) {
             for_each_source(picks[size_t(m)], [&](int64_t row, double weight) {
               for (int64_t d = d_begin; d < d_end; ++d)
                 acc_ptr[row * D + d] += C(weight) * C(g_ptr[m * D + d]);

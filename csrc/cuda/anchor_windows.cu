@@ -1,8 +1,8 @@
 // CUDA entry point of robocache::anchor_windows: checks, allocation, each
-// stream's tile size and row rule, and one launch of
-// anchor_windows_kernels.cuh per kMaxAnchorStreams streams, on the current
-// CUDA stream under a device guard. No host sync: index, offsets and times
-// are not read on the host.
+// source's tile size and row rule (a stream's windows or an anchor-row
+// table), and one launch of anchor_windows_kernels.cuh per kMaxAnchorSources
+// sources, on the current CUDA stream under a device guard. No host sync:
+// index, offsets and times are not read on the host.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
@@ -14,7 +14,7 @@
 
 #include "anchor_windows_kernels.cuh"
 #include "launch.cuh"
-#include "robocache/window_checks.h"
+#include "robocache/checks.h"
 
 namespace robocache {
 namespace {
@@ -59,10 +59,11 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
                     at::TensorList anchor_rows, c10::string_view modes, at::IntArrayRef intervals,
                     at::IntArrayRef tolerances, int64_t edge_tolerance) {
   const size_t K = values.size();
-  const std::vector<WindowRule> rules =
-      anchor_window_rules(modes, intervals, tolerances, edge_tolerance, K, kOp);
-  const AnchorWindowSizes n = check_anchor_window_inputs(
-      values, times, offsets, deltas, anchor_offsets, anchor_times, index, anchor_rows, rules, kOp);
+  const auto checked =
+      check_anchor_windows(values, times, offsets, deltas, anchor_offsets, anchor_times, index,
+                           anchor_rows, modes, intervals, tolerances, edge_tolerance);
+  const std::vector<WindowRule>& rules = checked.rules;
+  const AnchorWindowSizes& n = checked.sizes;
   const c10::cuda::CUDAGuard guard(values[0].device());
   const int64_t B = n.B.expect_int();
   const at::Tensor a_off = anchor_offsets.contiguous(), a_times = anchor_times.contiguous(),
@@ -99,20 +100,20 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
     blocks = 0;
     blends_any = false;
   };
-  // Adds a stream of M queries whose rows hold `row_bytes` of `dtype` (and
-  // launches when a launch's streams are full).
-  const auto add = [&](AnchorStream s, at::ScalarType dtype, int64_t D, int64_t row_bytes) {
+  // Adds a source of M queries whose rows hold `row_bytes` of `dtype` (and
+  // launches when a launch's sources are full).
+  const auto add = [&](AnchorSource s, at::ScalarType dtype, int64_t D, int64_t row_bytes) {
     s.M = B * s.W;
     s.Q = tile_queries(row_bytes);
-    const bool blends = s.rule.mode == WindowMode::Linear || s.rule.mode == WindowMode::Mean;
+    const bool blends = mode_blends(s.rule.mode);
     int64_t chunk = 1;
     s.row_rule = blends ? blend_rule(dtype) : copy_rule(s.values, s.out, row_bytes, chunk);
     s.row_units = blends ? D : row_bytes / chunk;
     s.first_block = blocks;
     blends_any = blends_any || blends;
     blocks += (s.M + s.Q - 1) / s.Q;
-    a.streams[a.K++] = s;
-    if (a.K == kMaxAnchorStreams)
+    a.sources[a.K++] = s;
+    if (a.K == kMaxAnchorSources)
       launch();
   };
   std::vector<at::Tensor> inputs;  // kept alive until the launches are queued
@@ -122,7 +123,7 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
                                 offsets[k].contiguous(), deltas[k].contiguous()})
       inputs.push_back(t);
     const at::Tensor* v = &inputs[inputs.size() - 4];
-    AnchorStream s{};
+    AnchorSource s{};
     s.values = v->data_ptr();
     s.times = v[1].data_ptr<int64_t>();
     s.offsets = v[2].data_ptr<int64_t>();
@@ -139,12 +140,12 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
   for (size_t j = 0; j < anchor_rows.size(); ++j) {
     inputs.push_back(anchor_rows[j].contiguous());
     const at::Tensor& table = inputs.back();
-    AnchorStream s{};
+    AnchorSource s{};
     s.values = table.data_ptr();
     s.out = rows[j].data_ptr();
     s.N = a.N_anchor;
     s.W = 1;
-    s.rule = WindowRule{WindowMode::Nearest, 0, -1, 0};
+    s.rule = WindowRule{Mode::Nearest, 0, -1, 0};
     s.at_anchor_row = true;
     const int64_t row_bytes = rows[j].numel() / B * table.element_size();
     add(s, table.scalar_type(), 0, row_bytes);

@@ -1,12 +1,13 @@
 // CUDA kernel of robocache::anchor_windows (device code only;
 // anchor_windows.cu fills the arguments and launches it). One launch covers
-// up to kMaxAnchorStreams streams: the grid is every stream's tiles back to
-// back, and each block finds its stream by its block index. A tile is
-// located as in sample_windows (windows_kernels.cuh), with each query's
-// episode and time taken from its anchor row, then copied or blended by the
-// stream's own row rule. Tables with a row per anchor row ride along as
-// streams that read row index[b] itself. No host sync; an index outside the anchor
-// stream's episodes gives episode -1 and windows of zeros marked as padding.
+// up to kMaxAnchorSources sources: a source is a stream's windows, or a table
+// with a row per anchor row, which reads row index[b] itself. The grid is
+// every source's tiles back to back, and each block finds its source by its
+// block index. A tile is located as in sample_windows (windows_kernels.cuh),
+// with each query's episode and time taken from its anchor row, then copied
+// or blended by the source's own row rule. No host sync; an index outside
+// the anchor stream's episodes gives episode -1 and windows of zeros marked
+// as padding.
 #pragma once
 
 #include <ATen/OpMathType.h>
@@ -21,9 +22,9 @@
 
 namespace robocache {
 
-constexpr int kMaxAnchorStreams = 16;
+constexpr int kMaxAnchorSources = 16;
 
-// How a stream's rows reach the output: a copy in chunks of 16, 8, 4, 2 or
+// How a source's rows reach the output: a copy in chunks of 16, 8, 4, 2 or
 // 1 bytes (point modes), or a blend in the value type (linear and mean).
 enum class RowRule : int32_t {
   Copy16,
@@ -37,7 +38,8 @@ enum class RowRule : int32_t {
   BlendBFloat16
 };
 
-struct AnchorStream {
+// One source of a launch: a stream's windows, or an anchor-row table.
+struct AnchorSource {
   const void* values;
   const int64_t* times;
   const int64_t* offsets;
@@ -47,7 +49,7 @@ struct AnchorStream {
   int64_t* age;
   int64_t N, W, M;      // rows, queries per window, B * W queries
   int64_t row_units;    // chunks (copy) or values (blend) per row
-  int64_t first_block;  // this stream's first block in the grid
+  int64_t first_block;  // this source's first block in the grid
   WindowRule rule;
   int32_t Q;  // queries per tile
   RowRule row_rule;
@@ -58,13 +60,13 @@ struct AnchorArgs {
   const int64_t* anchor_offsets;
   const int64_t* anchor_times;
   const int64_t* index;
-  int64_t* episode;  // written by stream 0's blocks; nullptr: not by this launch
+  int64_t* episode;  // written by source 0's blocks; nullptr: not by this launch
   int64_t E, N_anchor;
   int32_t K;
-  AnchorStream streams[kMaxAnchorStreams];
+  AnchorSource sources[kMaxAnchorSources];
 };
 
-__device__ __forceinline__ WindowPick pick_anchor_query(const AnchorArgs& a, const AnchorStream& s,
+__device__ __forceinline__ WindowPick pick_anchor_query(const AnchorArgs& a, const AnchorSource& s,
                                                         int64_t b, int64_t w, int64_t& e) {
   const int64_t row = a.index[b];
   e = row >= 0 && row < a.N_anchor ? episode_of_row(a.anchor_offsets, a.E, row) : -1;
@@ -84,14 +86,14 @@ __device__ __forceinline__ WindowPick pick_anchor_query(const AnchorArgs& a, con
 }
 
 template <typename chunk_t>
-__device__ __forceinline__ void gather_stream_tile(const AnchorStream& s, const WindowPick* picks,
+__device__ __forceinline__ void gather_source_tile(const AnchorSource& s, const WindowPick* picks,
                                                    int nq, int64_t first) {
   gather_tile(picks, nq, static_cast<const chunk_t*>(s.values), s.row_units,
               static_cast<chunk_t*>(s.out) + first * s.row_units);
 }
 
 template <typename value_t>
-__device__ __forceinline__ void blend_stream_tile(const AnchorStream& s, const WindowPick* picks,
+__device__ __forceinline__ void blend_source_tile(const AnchorSource& s, const WindowPick* picks,
                                                   int nq, int64_t first) {
   blend_tile<value_t, at::opmath_type<value_t>>(picks, nq, static_cast<const value_t*>(s.values),
                                                 s.row_units,
@@ -103,9 +105,9 @@ __global__ void __launch_bounds__(kThreads)
     anchor_windows_kernel(const __grid_constant__ AnchorArgs a) {
   __shared__ WindowPick picks[kMaxWindowTile];
   int k = 0;
-  while (k + 1 < a.K && int64_t(blockIdx.x) >= a.streams[k + 1].first_block)
+  while (k + 1 < a.K && int64_t(blockIdx.x) >= a.sources[k + 1].first_block)
     ++k;
-  const AnchorStream& s = a.streams[k];
+  const AnchorSource& s = a.sources[k];
   const int64_t first = (int64_t(blockIdx.x) - s.first_block) * s.Q;
   const int nq = int(s.M - first < s.Q ? s.M - first : s.Q);
   if (int(threadIdx.x) < nq) {
@@ -123,19 +125,19 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   switch (s.row_rule) {
     case RowRule::Copy16:
-      gather_stream_tile<uint4>(s, picks, nq, first);
+      gather_source_tile<uint4>(s, picks, nq, first);
       break;
     case RowRule::Copy8:
-      gather_stream_tile<uint2>(s, picks, nq, first);
+      gather_source_tile<uint2>(s, picks, nq, first);
       break;
     case RowRule::Copy4:
-      gather_stream_tile<uint32_t>(s, picks, nq, first);
+      gather_source_tile<uint32_t>(s, picks, nq, first);
       break;
     case RowRule::Copy2:
-      gather_stream_tile<uint16_t>(s, picks, nq, first);
+      gather_source_tile<uint16_t>(s, picks, nq, first);
       break;
     case RowRule::Copy1:
-      gather_stream_tile<uint8_t>(s, picks, nq, first);
+      gather_source_tile<uint8_t>(s, picks, nq, first);
       break;
     default:
       break;
@@ -144,16 +146,16 @@ __global__ void __launch_bounds__(kThreads)
     return;
   switch (s.row_rule) {
     case RowRule::BlendFloat:
-      blend_stream_tile<float>(s, picks, nq, first);
+      blend_source_tile<float>(s, picks, nq, first);
       break;
     case RowRule::BlendDouble:
-      blend_stream_tile<double>(s, picks, nq, first);
+      blend_source_tile<double>(s, picks, nq, first);
       break;
     case RowRule::BlendHalf:
-      blend_stream_tile<at::Half>(s, picks, nq, first);
+      blend_source_tile<at::Half>(s, picks, nq, first);
       break;
     case RowRule::BlendBFloat16:
-      blend_stream_tile<at::BFloat16>(s, picks, nq, first);
+      blend_source_tile<at::BFloat16>(s, picks, nq, first);
       break;
     default:
       break;

@@ -16,15 +16,17 @@ constexpr const char* kOp = "robocache.fuse";
 
 at::Tensor fuse_cuda(at::TensorList values, at::TensorList times, const at::Tensor& query_times,
                      const std::optional<at::Tensor>& lengths, c10::string_view modes) {
-  return interp_forward_cuda(fuse_inputs(values, times, query_times, lengths, modes, false), kOp);
+  const auto checked = check_fuse(values, times, query_times, lengths, modes);
+  return interp_forward_cuda(fuse_inputs(checked, values, times, query_times, false), kOp);
 }
 
 std::tuple<std::vector<at::Tensor>, at::Tensor> fuse_backward_cuda(
     const at::Tensor& grad_out, at::TensorList values, at::TensorList times,
     const at::Tensor& query_times, const std::optional<at::Tensor>& lengths, c10::string_view modes,
     const c10::List<bool>& values_grad, bool query_grad) {
-  const auto in = fuse_inputs(values, times, query_times, lengths, modes, false);
-  check_backward_args(in, grad_out, values_grad.size(), query_grad, kOp);
+  const auto checked = check_fuse_backward(grad_out, values, times, query_times, lengths, modes,
+                                           values_grad.size(), query_grad);
+  const auto in = fuse_inputs(checked, values, times, query_times, false);
   return interp_backward_cuda(in, grad_out, values_grad.vec(), query_grad, kOp);
 }
 

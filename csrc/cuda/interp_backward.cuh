@@ -4,7 +4,7 @@
 #pragma once
 
 #include "robocache/interp.h"
-#include "robocache/stream.h"
+#include "robocache/interp_args.h"
 #include "vec.cuh"
 
 namespace robocache {
@@ -74,7 +74,7 @@ __device__ __forceinline__ void add_dot_difference(C& partial, const cutlass::Ar
 //  - returns this lane's share of g . (v1 - v0) for the query gradient.
 template <int VEC, typename value_t, typename stamp_t>
 __device__ __forceinline__ compute_t<value_t> resample_one_backward(
-    const StreamArgs<value_t, stamp_t>& s, const Location<weight_t<stamp_t>>& loc, int64_t b,
+    const InterpSource<value_t, stamp_t>& s, const Location<weight_t<stamp_t>>& loc, int64_t b,
     int lane, int G, const value_t* __restrict__ grad, compute_t<value_t>* grad_values,
     bool query_grad) {
   using IO = VecIO<value_t, VEC>;
@@ -146,7 +146,7 @@ struct PendingRow {
 // lane's vector of row 0 of the batch row's accumulator, or nullptr.
 template <int VEC, typename value_t, typename stamp_t>
 __device__ __forceinline__ compute_t<value_t> resample_one_backward_merged(
-    const StreamArgs<value_t, stamp_t>& s, const Location<weight_t<stamp_t>>& loc, int64_t b,
+    const InterpSource<value_t, stamp_t>& s, const Location<weight_t<stamp_t>>& loc, int64_t b,
     int lane, const value_t* __restrict__ grad, compute_t<value_t>* acc, bool query_grad,
     PendingRow<compute_t<value_t>, VEC>& pending) {
   using IO = VecIO<value_t, VEC>;

@@ -13,16 +13,17 @@
 #include "interp_backward.cuh"
 #include "launch.cuh"
 #include "robocache/dispatch.h"
-#include "robocache/stream.h"
+#include "robocache/interp_args.h"
 
 namespace robocache {
 
-// Stream descriptions travel as a kernel parameter (about 100 bytes each).
+// The sources of one launch travel as a kernel parameter (about 100 bytes a
+// stream): at most kMaxStreams streams a launch.
 constexpr int kMaxStreams = 32;
 
 template <typename value_t, typename stamp_t, int MAXK>
-struct Streams {
-  StreamArgs<value_t, stamp_t> s[MAXK];
+struct InterpSources {
+  InterpSource<value_t, stamp_t> source[MAXK];
   int64_t col[MAXK];                      // first output column of each stream
   compute_t<value_t>* grad_values[MAXK];  // backward: (B, S_k, D_k) accumulators, or nullptr
   int log2G[MAXK];                        // log2 of the lanes that share one query's channels
@@ -85,7 +86,7 @@ __device__ __forceinline__ int64_t warp_upper_bound(const stamp_t* times, int64_
 // together, through the warp's pivots.
 template <typename value_t, typename stamp_t>
 __device__ __forceinline__ Location<weight_t<stamp_t>> warp_locate(
-    const StreamArgs<value_t, stamp_t>& s, int64_t b, stamp_t qv, bool mine, int lane,
+    const InterpSource<value_t, stamp_t>& s, int64_t b, stamp_t qv, bool mine, int lane,
     stamp_t* pivots) {
   using W = weight_t<stamp_t>;
   Location<W> loc{0, 0, W(0), W(0), true};
@@ -117,9 +118,9 @@ struct alignas(16) RowRef {
 // Forward. A tile of TT threads (a warp, a few warps, or the whole block)
 // takes Q consecutive queries of the flattened (B * T) (Q a multiple of 32).
 // Its threads locate every (stream, query) pair of the tile into shared
-// memory (locate_tile), then stream the tile's rows (gather_tile), each
-// thread issuing the loads of kBatch output vectors before their stores, so
-// that many bytes are in flight while other tiles search. The tiles of a
+// memory (locate_tile), then write the tile's rows (gather_tile), each thread
+// issuing the loads of kBatch output vectors before their stores, so that
+// many bytes are in flight while other tiles search. The tiles of a
 // block hold at most kMaxPairs pairs together. One launch covers every
 // stream.
 constexpr int kMaxPairs = 1024;
@@ -127,8 +128,8 @@ constexpr int kBatch = 4;
 
 // Writes the RowRef of pair (k, i) of the tile to refs[k * Q + i].
 template <int MAXK, typename value_t, typename stamp_t>
-__device__ __forceinline__ void locate_tile(const Streams<value_t, stamp_t, MAXK>& p,
-                                            const QueryArgs<stamp_t>& q, int64_t first, int nq,
+__device__ __forceinline__ void locate_tile(const InterpSources<value_t, stamp_t, MAXK>& p,
+                                            const InterpQuery<stamp_t>& q, int64_t first, int nq,
                                             int Q, RowRef<weight_t<stamp_t>>* refs, stamp_t* pivots,
                                             int tid, int TT) {
   using W = weight_t<stamp_t>;
@@ -136,7 +137,7 @@ __device__ __forceinline__ void locate_tile(const Streams<value_t, stamp_t, MAXK
   const int lane = threadIdx.x % kWarpLanes;
   for (int base = tid & ~(kWarpLanes - 1); base < K * Q; base += TT) {
     // Uniform across the warp (Q is a multiple of 32); a constant for one
-    // stream, which keeps p.s in the parameter space.
+    // stream, which keeps p.source in the parameter space.
     const int k = MAXK == 1 ? 0 : base / Q;
     const int i = base - k * Q + lane;
     if (base - k * Q >= nq)
@@ -149,7 +150,7 @@ __device__ __forceinline__ void locate_tile(const Streams<value_t, stamp_t, MAXK
       b = m / q.T;
       qv = q.query[b * q.q_bstride + (m - b * q.T) * q.q_stride];
     }
-    const auto& s = p.s[k];
+    const auto& s = p.source[k];
     const auto loc = warp_locate(s, b, qv, mine, lane, pivots + (threadIdx.x & ~(kWarpLanes - 1)));
     if (mine) {
       refs[k * Q + i] = RowRef<W>{loc.nan ? -1 : b * s.v_bstride + loc.i0 * s.v_sstride, loc.w};
@@ -164,7 +165,7 @@ __device__ __forceinline__ void locate_tile(const Streams<value_t, stamp_t, MAXK
 // the same values from the same thread. Keeping the exact path out of the
 // quick loop, with one row in flight, keeps the quick loop free of spills.
 template <bool kExact, int VEC, int MAXK, typename value_t, typename stamp_t>
-__device__ __forceinline__ bool gather_tile(const Streams<value_t, stamp_t, MAXK>& p,
+__device__ __forceinline__ bool gather_tile(const InterpSources<value_t, stamp_t, MAXK>& p,
                                             const RowRef<weight_t<stamp_t>>* refs, int Q, int nq,
                                             value_t* __restrict__ out, int64_t out_cols, int tid,
                                             int TT) {
@@ -173,7 +174,7 @@ __device__ __forceinline__ bool gather_tile(const Streams<value_t, stamp_t, MAXK
   using C = typename IO::C;
   C non_finite = C(0);
   for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
-    const auto& s = p.s[k];
+    const auto& s = p.source[k];
     // Groups of G lanes share a query's channels; R groups per tile.
     const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
     const int G = 1 << lg, R = TT >> lg;
@@ -182,9 +183,10 @@ __device__ __forceinline__ bool gather_tile(const Streams<value_t, stamp_t, MAXK
     const RowRef<W>* tile = refs + k * Q;
     value_t* dst = out + p.col[k];
     for (int64_t v = sub; v < nvec; v += G) {
-      // The exact pass runs rarely. Where its kBatch rows in flight made
-      // the quick loop spill (16-bit values, and the multi-stream kernels),
-      // it takes one row at a time; elsewhere that change cost registers.
+      // The exact pass runs rarely. For 16-bit values and in the
+      // multi-stream kernels it takes one row at a time, since kBatch rows
+      // in flight there make the quick loop spill; elsewhere one row at a
+      // time takes more registers than kBatch rows.
       constexpr bool kOneRow = kExact && (sizeof(value_t) == 2 || MAXK > 1);
       constexpr int NB = kOneRow ? 1 : kBatch;
       for (int r = r0; r < nq; r += NB * R) {
@@ -251,8 +253,9 @@ __device__ __forceinline__ void tile_sync(int g, int TT) {
 
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
 __global__ void __launch_bounds__(kThreads, 4)
-    interp_forward_kernel(const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
-                          value_t* __restrict__ out, int64_t out_cols, int64_t n, int Q, int TT) {
+    interp_forward_kernel(const InterpSources<value_t, stamp_t, MAXK> p,
+                          const InterpQuery<stamp_t> q, value_t* __restrict__ out, int64_t out_cols,
+                          int64_t n, int Q, int TT) {
   __shared__ RowRef<weight_t<stamp_t>> refs[kMaxPairs];
   __shared__ stamp_t pivots[kThreads];
   const int K = MAXK == 1 ? 1 : p.K;
@@ -270,8 +273,9 @@ __global__ void __launch_bounds__(kThreads, 4)
 
 template <int VEC, int MAXK, typename value_t, typename stamp_t>
 __global__ void __launch_bounds__(kThreads)
-    interp_backward_kernel(const Streams<value_t, stamp_t, MAXK> p, const QueryArgs<stamp_t> q,
-                           const value_t* __restrict__ grad, int64_t g_bstride, int64_t g_tstride,
+    interp_backward_kernel(const InterpSources<value_t, stamp_t, MAXK> p,
+                           const InterpQuery<stamp_t> q, const value_t* __restrict__ grad,
+                           int64_t g_bstride, int64_t g_tstride,
                            weight_t<stamp_t>* __restrict__ grad_query, int64_t num_chunks,
                            int64_t chunks_per_row) {
   using W = weight_t<stamp_t>;
@@ -289,7 +293,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ stamp_t pivots[kThreads];
   W slope = W(0);  // d loss / d (this lane's query)
   for (int k = 0; k < (MAXK == 1 ? 1 : p.K); ++k) {
-    const auto& s = p.s[k];
+    const auto& s = p.source[k];
     const auto loc = warp_locate(s, b, qv, mine, lane, pivots + (threadIdx.x & ~(kWarpLanes - 1)));
     const int lg = MAXK == 1 ? p.log2G[0] : p.log2G[k];
     const int G = 1 << lg, per_iter = kWarpLanes >> lg;

@@ -15,7 +15,7 @@
 
 #include "interp_kernels.cuh"
 #include "launch.cuh"
-#include "robocache/stream.h"
+#include "robocache/interp_args.h"
 
 namespace robocache {
 
@@ -43,13 +43,15 @@ inline ChunkGrid chunk_grid(int64_t B, int64_t T, const char* op) {
 }
 
 template <typename value_t, typename stamp_t, int MAXK>
-Streams<value_t, stamp_t, MAXK> make_streams(const InterpInputs& in, int64_t first, int64_t count,
-                                             const std::vector<int64_t>& cols, int vec) {
-  Streams<value_t, stamp_t, MAXK> p{};
+InterpSources<value_t, stamp_t, MAXK> make_sources(const InterpInputs& in, int64_t first,
+                                                   int64_t count, const std::vector<int64_t>& cols,
+                                                   int vec) {
+  InterpSources<value_t, stamp_t, MAXK> p{};
   p.K = static_cast<int>(count);
   for (int64_t k = 0; k < count; ++k) {
     const int64_t j = first + k;
-    p.s[k] = stream_args<value_t, stamp_t>(in.values[j], in.times[j], in.lengths[j], in.modes[j]);
+    p.source[k] =
+        interp_source<value_t, stamp_t>(in.values[j], in.times[j], in.lengths[j], in.modes[j]);
     p.col[k] = cols[j];
     p.grad_values[k] = nullptr;
     p.log2G[k] = group_log2(in.values[j].size(2) / vec);
@@ -80,7 +82,7 @@ int vector_width(const InterpInputs& in, const std::vector<int64_t>& cols, int64
   return 1;
 }
 
-// Launches `launch(streams_param, vec_width_tag, first_stream, launch_index)`
+// Launches `launch(sources, vec_width_tag, first_stream, launch_index)`
 // once per kMaxStreams streams (once for resample), with the kernel template
 // arguments chosen here: `vec` is vector_width's answer.
 template <typename value_t, typename stamp_t, typename F>
@@ -92,9 +94,9 @@ void for_each_launch(const InterpInputs& in, const std::vector<int64_t>& cols, i
     auto with_width = [&](auto vec_tag) {
       constexpr int V = decltype(vec_tag)::value;
       if (K == 1) {
-        launch(make_streams<value_t, stamp_t, 1>(in, 0, 1, cols, V), vec_tag, first, index);
+        launch(make_sources<value_t, stamp_t, 1>(in, 0, 1, cols, V), vec_tag, first, index);
       } else {
-        launch(make_streams<value_t, stamp_t, kMaxStreams>(in, first, count, cols, V), vec_tag,
+        launch(make_sources<value_t, stamp_t, kMaxStreams>(in, first, count, cols, V), vec_tag,
                first, index);
       }
     };
@@ -111,18 +113,17 @@ void for_each_launch(const InterpInputs& in, const std::vector<int64_t>& cols, i
 
 // The forward kernel's tiles: `threads` (32, 64, 128 or 256: a block holds
 // kThreads / threads tiles) take `queries` queries (a power of two in
-// [32, 256]). Measured on an H200 (docs/performance.md):
+// [32, 256]); docs/performance.md has the choices' timings:
 //  - several streams (fuse): a whole block shares a tile, so that the
 //    searches of every stream and the rows of a few wide queries spread over
-//    256 threads;
+//    256 threads, in fewer and fuller blocks than 32-query tiles give;
 //  - one stream: two tiles of 128 threads a block, each of up to 128 queries
 //    (one search a thread), so that the two tiles of a block search at
-//    different times; more queries a thread made each search phase longer
-//    than the streaming it hides behind.
+//    different times; more queries a thread would make each search phase
+//    longer than the copying it hides behind.
 // Fewer queries a tile when the launch would have fewer than `min_blocks`
 // blocks for each multiprocessor, or a thread more than `items` output
-// vectors. With several streams too, fewer and fuller blocks won over
-// 32-query tiles (docs/performance.md).
+// vectors.
 struct ForwardTile {
   int threads, queries;
 };
@@ -144,7 +145,7 @@ inline ForwardTile forward_tile(int64_t n, int64_t vectors_per_query, int K) {
 template <typename value_t, typename stamp_t>
 void launch_interp_forward(const InterpInputs& in, const std::vector<int64_t>& cols,
                            at::Tensor& out, const char* op) {
-  const auto q = query_args<stamp_t>(in.query);
+  const auto q = interp_query<stamp_t>(in.query);
   const int64_t out_cols = out.size(2);
   const int64_t n = out.size(0) * out.size(1);
   auto cuda_stream = at::cuda::getCurrentCUDAStream();
@@ -157,7 +158,7 @@ void launch_interp_forward(const InterpInputs& in, const std::vector<int64_t>& c
   for_each_launch<value_t, stamp_t>(
       in, cols, vec, [&](const auto& p, auto vec_tag, int64_t, int64_t) {
         constexpr int VEC = decltype(vec_tag)::value;
-        constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
+        constexpr int MAXK = sizeof(p.source) / sizeof(p.source[0]);
         interp_forward_kernel<VEC, MAXK><<<blocks, kThreads, 0, cuda_stream>>>(
             p, q, o, out_cols, n, tile.queries, tile.threads);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -172,7 +173,7 @@ void launch_interp_backward(const InterpInputs& in, const std::vector<int64_t>& 
                             const at::Tensor& grad,
                             const std::vector<compute_t<value_t>*>& grad_values,
                             weight_t<stamp_t>* grad_query_parts, const char* op) {
-  const auto q = query_args<stamp_t>(in.query);
+  const auto q = interp_query<stamp_t>(in.query);
   const auto grid = chunk_grid(grad.size(0), grad.size(1), op);
   const int64_t n = grad.size(0) * grad.size(1);
   auto cuda_stream = at::cuda::getCurrentCUDAStream();
@@ -182,7 +183,7 @@ void launch_interp_backward(const InterpInputs& in, const std::vector<int64_t>& 
   for_each_launch<value_t, stamp_t>(
       in, cols, vec, [&](auto p, auto vec_tag, int64_t first, int64_t index) {
         constexpr int VEC = decltype(vec_tag)::value;
-        constexpr int MAXK = sizeof(p.s) / sizeof(p.s[0]);
+        constexpr int MAXK = sizeof(p.source) / sizeof(p.source[0]);
         for (int k = 0; k < p.K; ++k)
           p.grad_values[k] = grad_values[first + k];
         auto* gq = grad_query_parts ? grad_query_parts + index * n : nullptr;

@@ -17,7 +17,8 @@ constexpr const char* kOp = "robocache.resample";
 at::Tensor resample_cuda(const at::Tensor& values, const at::Tensor& times,
                          const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
                          c10::string_view mode) {
-  return interp_forward_cuda(resample_inputs(values, times, query_times, lengths, mode, false),
+  const auto checked = check_resample(values, times, query_times, lengths, mode);
+  return interp_forward_cuda(resample_inputs(checked, values, times, query_times, lengths, false),
                              kOp);
 }
 
@@ -25,8 +26,9 @@ std::tuple<at::Tensor, at::Tensor> resample_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& values, const at::Tensor& times,
     const at::Tensor& query_times, const std::optional<at::Tensor>& lengths, c10::string_view mode,
     bool values_grad, bool query_grad) {
-  const auto in = resample_inputs(values, times, query_times, lengths, mode, false);
-  check_backward_args(in, grad_out, 1, query_grad, kOp);
+  const auto checked =
+      check_resample_backward(grad_out, values, times, query_times, lengths, mode, query_grad);
+  const auto in = resample_inputs(checked, values, times, query_times, lengths, false);
   auto [grad_values, grad_query] =
       interp_backward_cuda(in, grad_out, {values_grad}, query_grad, kOp);
   return {grad_values[0], grad_query};

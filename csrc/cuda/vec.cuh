@@ -42,16 +42,17 @@ template <typename value_t, int N>
 struct VecIO {
   using storage_t = typename cutlass_of<value_t>::type;
   using C = compute_t<value_t>;
-  using Packed = cutlass::AlignedArray<storage_t, N>;
+  // N elements as one aligned vector of words: a single 16-, 8-, 4- or 2-byte access.
+  using Words = cutlass::AlignedArray<storage_t, N>;
   using Frag = cutlass::Array<C, N>;
   static_assert(sizeof(storage_t) == sizeof(value_t), "storage layout must match torch's");
 
-  // Raw words of the same size as Packed, for the cache-hinted intrinsics.
+  // The same bytes as one plain integer type, for the cache-hinted intrinsics.
   using Raw = std::conditional_t<
-      sizeof(Packed) == 16, int4,
-      std::conditional_t<sizeof(Packed) == 8, int2,
-                         std::conditional_t<sizeof(Packed) == 4, int, unsigned short>>>;
-  static_assert(sizeof(Raw) == sizeof(Packed), "no raw word of this size");
+      sizeof(Words) == 16, int4,
+      std::conditional_t<sizeof(Words) == 8, int2,
+                         std::conditional_t<sizeof(Words) == 4, int, unsigned short>>>;
+  static_assert(sizeof(Raw) == sizeof(Words), "no raw word of this size");
 
   // Inputs are read-only for the kernel's lifetime: the non-coherent path.
   __device__ __forceinline__ static Raw load_raw(const value_t* p) {
@@ -60,9 +61,9 @@ struct VecIO {
 
   // Loads kept raw until used take a register per 4 bytes, not per element.
   __device__ __forceinline__ static Frag convert(const Raw& raw) {
-    Packed packed;
-    memcpy(&packed, &raw, sizeof(Raw));
-    return cutlass::NumericArrayConverter<C, storage_t, N>{}(packed);
+    Words words;
+    memcpy(&words, &raw, sizeof(Raw));
+    return cutlass::NumericArrayConverter<C, storage_t, N>{}(words);
   }
 
   __device__ __forceinline__ static Frag load(const value_t* p) { return convert(load_raw(p)); }
@@ -70,11 +71,11 @@ struct VecIO {
   // Outputs are written once and not read back here: evict-first stores keep
   // the L2 for the inputs that neighbouring queries share.
   __device__ __forceinline__ static void store(value_t* p, const Frag& f) {
-    Packed packed;
-    static_cast<cutlass::Array<storage_t, N>&>(packed) =
+    Words words;
+    static_cast<cutlass::Array<storage_t, N>&>(words) =
         cutlass::NumericArrayConverter<storage_t, C, N>{}(f);
     Raw raw;
-    memcpy(&raw, &packed, sizeof(Raw));
+    memcpy(&raw, &words, sizeof(Raw));
     __stcs(reinterpret_cast<Raw*>(p), raw);
   }
 

@@ -44,11 +44,14 @@ void poison_negative_lengths(const VoxelInputs& in, at::Tensor& out, out_t poiso
 at::Tensor voxelize_cuda(const at::Tensor& points, const std::optional<at::Tensor>& features,
                          const std::optional<at::Tensor>& lengths, at::IntArrayRef grid_size,
                          at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
-                         c10::string_view reduce_str,
+                         c10::string_view reduce,
                          const std::optional<at::Tensor>& voxel_size_tensor,
                          const std::optional<at::Tensor>& origin_tensor) {
-  const auto in = voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
-                                  reduce_str, voxel_size_tensor, origin_tensor, false);
+  const auto checked =
+      check_voxelize(points, features, lengths, c10::fromIntArrayRefSlow(grid_size), voxel_size,
+                     origin, reduce, voxel_size_tensor, origin_tensor);
+  const auto in = voxelize_inputs(checked, points, features, lengths, grid_size, voxel_size, origin,
+                                  voxel_size_tensor, origin_tensor, false);
   const c10::cuda::CUDAGuard guard(points.device());
   const int64_t B = in.B(), C = in.C(), cells = in.cells(), n = B * in.N();
   auto cuda_stream = at::cuda::getCurrentCUDAStream();

@@ -28,13 +28,15 @@ at::Tensor voxelize_backward_cuda(const at::Tensor& grad, const at::Tensor& poin
                                   const at::Tensor& features,
                                   const std::optional<at::Tensor>& lengths,
                                   at::IntArrayRef grid_size, at::ArrayRef<double> voxel_size,
-                                  at::ArrayRef<double> origin, c10::string_view reduce_str,
+                                  at::ArrayRef<double> origin, c10::string_view reduce,
                                   const at::Tensor& result,
                                   const std::optional<at::Tensor>& voxel_size_tensor,
                                   const std::optional<at::Tensor>& origin_tensor) {
-  const auto in = voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
-                                  reduce_str, voxel_size_tensor, origin_tensor, false);
-  check_voxelize_backward_args(in, grad, result, reduce_str);
+  const auto checked =
+      check_voxelize_backward(grad, points, features, lengths, c10::fromIntArrayRefSlow(grid_size),
+                              voxel_size, origin, reduce, result, voxel_size_tensor, origin_tensor);
+  const auto in = voxelize_inputs(checked, points, features, lengths, grid_size, voxel_size, origin,
+                                  voxel_size_tensor, origin_tensor, false);
   const c10::cuda::CUDAGuard guard(points.device());
   const int64_t B = in.B(), C = in.C(), cells = in.cells(), n = B * in.N();
   auto cuda_stream = at::cuda::getCurrentCUDAStream();

@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kThreads)
 // vectors); group u of block k is group (k * U + u) * kThreads + threadIdx.x,
 // so each of the U steps is coalesced across the block. The U slot loads are
 // issued before any of them is used, so a thread keeps several slot gathers
-// in flight (docs/performance.md has the measurements).
+// in flight, not one (docs/performance.md).
 template <typename T, int R>
 struct alignas(sizeof(T) * R) Run {
   T x[R];
@@ -189,8 +189,8 @@ __device__ __forceinline__ void write_dense_group(const Run<int32_t, R>& slots,
                                                   feat_t* __restrict__ dst, int64_t cells) {
   using A = compute_t<feat_t>;
   // `any` is implied by slot >= 0 below, but it lets the compiler skip an
-  // empty group's gathers as one branch: without it the float kernel
-  // needed 76 registers instead of 64.
+  // empty group's gathers as one branch, which keeps the float kernel's
+  // registers down.
   bool any = false;
   A scale[R];
 #pragma unroll

@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "launch.cuh"
-#include "robocache/window_checks.h"
+#include "robocache/checks.h"
 #include "windows_kernels.cuh"
 
 namespace robocache {
@@ -54,9 +54,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cuda(
     const at::Tensor& values, const at::Tensor& times, const at::Tensor& offsets,
     const at::Tensor& episode, const at::Tensor& query_times, c10::string_view mode,
     int64_t interval, int64_t tolerance, int64_t edge_tolerance) {
-  const WindowRule rule = window_rule(mode, interval, tolerance, edge_tolerance, kOp);
-  const WindowSizes n =
-      check_window_inputs(values, times, offsets, episode, query_times, rule, kOp);
+  const auto checked = check_sample_windows(values, times, offsets, episode, query_times, mode,
+                                            interval, tolerance, edge_tolerance);
+  const WindowRule& rule = checked.rule;
+  const WindowSizes& n = checked.sizes;
   const c10::cuda::CUDAGuard guard(values.device());
   const at::Tensor v = values.contiguous(), t = times.contiguous(), o = offsets.contiguous(),
                    e = episode.contiguous(), q = query_times.contiguous();
@@ -68,7 +69,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cuda(
     return {out, is_pad, age};
   const WindowArgs a = window_args(t, o, e, q, n, rule);
   const int64_t row_bytes = D * v.element_size();
-  if (rule.mode == WindowMode::Nearest || rule.mode == WindowMode::Previous) {
+  if (!mode_blends(rule.mode)) {
     switch (copy_chunk_bytes(v.data_ptr(), out.data_ptr(), row_bytes)) {
       case 16:
         launch_gather<uint4>(a, v, out, is_pad, age, row_bytes);
@@ -104,9 +105,11 @@ at::Tensor sample_windows_backward_cuda(const at::Tensor& grad_out, const at::Te
                                         const at::Tensor& query_times, c10::string_view mode,
                                         int64_t interval, int64_t tolerance, int64_t edge_tolerance,
                                         c10::SymInt num_values) {
-  const WindowRule rule = window_rule(mode, interval, tolerance, edge_tolerance, kOp);
-  const WindowSizes n =
-      check_window_backward_inputs(grad_out, times, offsets, episode, query_times, num_values, kOp);
+  const auto checked =
+      check_sample_windows_backward(grad_out, times, offsets, episode, query_times, mode, interval,
+                                    tolerance, edge_tolerance, num_values);
+  const WindowRule& rule = checked.rule;
+  const WindowSizes& n = checked.sizes;
   const c10::cuda::CUDAGuard guard(grad_out.device());
   const at::Tensor g = grad_out.contiguous(), t = times.contiguous(), o = offsets.contiguous(),
                    e = episode.contiguous(), q = query_times.contiguous();

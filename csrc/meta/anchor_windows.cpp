@@ -6,12 +6,10 @@
 
 #include <vector>
 
-#include "robocache/window_checks.h"
+#include "robocache/checks.h"
 
 namespace robocache {
 namespace {
-
-constexpr const char* kOp = "robocache.anchor_windows";
 
 std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, at::Tensor,
            std::vector<at::Tensor>>
@@ -20,10 +18,10 @@ anchor_windows_meta(at::TensorList values, at::TensorList times, at::TensorList 
                     const at::Tensor& anchor_times, const at::Tensor& index,
                     at::TensorList anchor_rows, c10::string_view modes, at::IntArrayRef intervals,
                     at::IntArrayRef tolerances, int64_t edge_tolerance) {
-  const std::vector<WindowRule> rules =
-      anchor_window_rules(modes, intervals, tolerances, edge_tolerance, values.size(), kOp);
-  const AnchorWindowSizes n = check_anchor_window_inputs(
-      values, times, offsets, deltas, anchor_offsets, anchor_times, index, anchor_rows, rules, kOp);
+  const AnchorWindowSizes n =
+      check_anchor_windows(values, times, offsets, deltas, anchor_offsets, anchor_times, index,
+                           anchor_rows, modes, intervals, tolerances, edge_tolerance)
+          .sizes;
   std::vector<at::Tensor> outs, pads, ages;
   for (size_t k = 0; k < values.size(); ++k) {
     const auto& options = values[k].options();

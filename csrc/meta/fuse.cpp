@@ -1,25 +1,17 @@
-// Meta (shape) kernels for robocache::fuse and its backward; symbolic sizes only.
+// Meta (shape) kernels for robocache::fuse and its backward: the shared
+// symbolic check, then allocation only.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include "robocache/error.h"
 #include "robocache/checks.h"
 
 namespace robocache {
 namespace {
 
-constexpr const char* kOp = "robocache.fuse";
-
-InterpSizes checked_sizes(at::TensorList values, at::TensorList times,
-                          const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
-                          c10::string_view modes) {
-  return check_fuse_inputs(values, times, query_times, lengths, modes).sizes;
-}
-
 at::Tensor fuse_meta(at::TensorList values, at::TensorList times, const at::Tensor& query_times,
                      const std::optional<at::Tensor>& lengths, c10::string_view modes) {
-  const auto n = checked_sizes(values, times, query_times, lengths, modes);
+  const auto n = check_fuse(values, times, query_times, lengths, modes).sizes;
   return at::empty_symint({n.B, n.T, n.D_total}, values[0].options());
 }
 
@@ -27,11 +19,8 @@ std::tuple<std::vector<at::Tensor>, at::Tensor> fuse_backward_meta(
     const at::Tensor& grad_out, at::TensorList values, at::TensorList times,
     const at::Tensor& query_times, const std::optional<at::Tensor>& lengths, c10::string_view modes,
     const c10::List<bool>& values_grad, bool query_grad) {
-  const auto n = checked_sizes(values, times, query_times, lengths, modes);
-  ROBOCACHE_CHECK_VALUE(values_grad.size() == values.size(), kOp, ": values_grad has ",
-                        values_grad.size(), " entries for ", values.size(), " streams");
-  check_grad_out(grad_out, n.B, n.T, n.D_total, kOp);
-  check_query_grad(query_times, query_grad, kOp);
+  check_fuse_backward(grad_out, values, times, query_times, lengths, modes, values_grad.size(),
+                      query_grad);
   std::vector<at::Tensor> gv;
   for (size_t k = 0; k < values.size(); ++k) {
     gv.push_back(values_grad.get(k) ? at::empty_symint(values[k].sym_sizes(), values[k].options())

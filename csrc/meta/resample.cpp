@@ -1,4 +1,5 @@
-// Meta (shape) kernels for robocache::resample and its backward.
+// Meta (shape) kernels for robocache::resample and its backward: the shared
+// symbolic check, then allocation only.
 //
 // Only symbolic sizes are used (sym_size / empty_symint), so fake-tensor
 // tracing under torch.compile(dynamic=True) and torch.export keeps B, S and T
@@ -12,13 +13,10 @@
 namespace robocache {
 namespace {
 
-constexpr const char* kOp = "robocache.resample";
-
 at::Tensor resample_meta(const at::Tensor& values, const at::Tensor& times,
                          const at::Tensor& query_times, const std::optional<at::Tensor>& lengths,
                          c10::string_view mode) {
-  parse_mode(mode, kOp);
-  const auto n = check_resample_inputs(values, times, query_times, lengths, kOp);
+  const auto n = check_resample(values, times, query_times, lengths, mode).sizes;
   return at::empty_symint({n.B, n.T, n.D}, values.options());
 }
 
@@ -26,10 +24,7 @@ std::tuple<at::Tensor, at::Tensor> resample_backward_meta(
     const at::Tensor& grad_out, const at::Tensor& values, const at::Tensor& times,
     const at::Tensor& query_times, const std::optional<at::Tensor>& lengths, c10::string_view mode,
     bool values_grad, bool query_grad) {
-  parse_mode(mode, kOp);
-  const auto n = check_resample_inputs(values, times, query_times, lengths, kOp);
-  check_grad_out(grad_out, n.B, n.T, n.D, kOp);
-  check_query_grad(query_times, query_grad, kOp);
+  check_resample_backward(grad_out, values, times, query_times, lengths, mode, query_grad);
   at::Tensor gv = values_grad ? at::empty_symint(values.sym_sizes(), values.options())
                               : at::empty({0}, values.options());
   at::Tensor gq = query_grad ? at::empty_symint(query_times.sym_sizes(), query_times.options())

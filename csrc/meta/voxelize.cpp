@@ -1,27 +1,24 @@
-// Meta (shape) kernels for robocache::voxelize and its backward; symbolic sizes only.
+// Meta (shape) kernels for robocache::voxelize and its backward: the shared
+// symbolic check, then allocation only.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include "robocache/error.h"
 #include "robocache/checks.h"
 
 namespace robocache {
 namespace {
 
-constexpr const char* kOp = "robocache.voxelize";
-
 at::Tensor voxelize_meta(const at::Tensor& points, const std::optional<at::Tensor>& features,
                          const std::optional<at::Tensor>& lengths, c10::SymIntArrayRef grid_size,
                          at::ArrayRef<double> voxel_size, at::ArrayRef<double> origin,
-                         c10::string_view reduce_str,
+                         c10::string_view reduce,
                          const std::optional<at::Tensor>& voxel_size_tensor,
                          const std::optional<at::Tensor>& origin_tensor) {
-  const Reduce reduce = parse_reduce(reduce_str, kOp);
-  const auto n = check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
-                                       reduce, kOp, voxel_size_tensor, origin_tensor);
-  const auto shape = voxelize_result_shape(n, grid_size, reduce);
-  switch (reduce) {
+  const auto checked = check_voxelize(points, features, lengths, grid_size, voxel_size, origin,
+                                      reduce, voxel_size_tensor, origin_tensor);
+  const auto& shape = checked.result_shape;
+  switch (checked.reduce) {
     case Reduce::Occupancy:
       return at::empty_symint(shape, points.options());
     case Reduce::Count:
@@ -35,14 +32,12 @@ at::Tensor voxelize_backward_meta(const at::Tensor& grad, const at::Tensor& poin
                                   const at::Tensor& features,
                                   const std::optional<at::Tensor>& lengths,
                                   c10::SymIntArrayRef grid_size, at::ArrayRef<double> voxel_size,
-                                  at::ArrayRef<double> origin, c10::string_view reduce_str,
+                                  at::ArrayRef<double> origin, c10::string_view reduce,
                                   const at::Tensor& result,
                                   const std::optional<at::Tensor>& voxel_size_tensor,
                                   const std::optional<at::Tensor>& origin_tensor) {
-  const Reduce reduce = parse_reduce(reduce_str, kOp);
-  const auto n = check_voxelize_inputs(points, features, lengths, grid_size, voxel_size, origin,
-                                       reduce, kOp, voxel_size_tensor, origin_tensor);
-  check_voxelize_grad(grad, result, n, grid_size, reduce, kOp);
+  check_voxelize_backward(grad, points, features, lengths, grid_size, voxel_size, origin, reduce,
+                          result, voxel_size_tensor, origin_tensor);
   return at::empty_symint(features.sym_sizes(), features.options());
 }
 

@@ -4,20 +4,18 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include "robocache/window_checks.h"
+#include "robocache/checks.h"
 
 namespace robocache {
 namespace {
-
-constexpr const char* kOp = "robocache.sample_windows";
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_meta(
     const at::Tensor& values, const at::Tensor& times, const at::Tensor& offsets,
     const at::Tensor& episode, const at::Tensor& query_times, c10::string_view mode,
     int64_t interval, int64_t tolerance, int64_t edge_tolerance) {
-  const WindowRule rule = window_rule(mode, interval, tolerance, edge_tolerance, kOp);
-  const WindowSizes n =
-      check_window_inputs(values, times, offsets, episode, query_times, rule, kOp);
+  const WindowSizes n = check_sample_windows(values, times, offsets, episode, query_times, mode,
+                                             interval, tolerance, edge_tolerance)
+                            .sizes;
   return {at::empty_symint({n.B, n.W, n.D}, values.options()),
           at::empty_symint({n.B, n.W}, values.options().dtype(at::kBool)),
           at::empty_symint({n.B, n.W}, values.options().dtype(at::kLong))};
@@ -28,9 +26,10 @@ at::Tensor sample_windows_backward_meta(const at::Tensor& grad_out, const at::Te
                                         const at::Tensor& query_times, c10::string_view mode,
                                         int64_t interval, int64_t tolerance, int64_t edge_tolerance,
                                         c10::SymInt num_values) {
-  window_rule(mode, interval, tolerance, edge_tolerance, kOp);
   const WindowSizes n =
-      check_window_backward_inputs(grad_out, times, offsets, episode, query_times, num_values, kOp);
+      check_sample_windows_backward(grad_out, times, offsets, episode, query_times, mode, interval,
+                                    tolerance, edge_tolerance, num_values)
+          .sizes;
   return at::empty_symint({n.N, n.D}, grad_out.options());
 }
 

@@ -1,5 +1,6 @@
-// Large CPU outputs on transparent huge pages (used by the voxelize grids;
-// the resample output was tried and gained nothing, see docs/performance.md).
+// Large CPU outputs on transparent huge pages: the voxelize grids, which
+// their scatter touches at random (the resample output, written in order,
+// gains nothing from them; docs/performance.md).
 //
 // A dense voxel grid is tens of MB that the allocator gets fresh from mmap
 // on every call. With 4 KiB pages the kernel then takes one page fault per

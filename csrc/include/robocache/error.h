@@ -2,12 +2,12 @@
 //
 // TORCH_CHECK formats its message with a std::ostringstream made in this
 // library and, for SymInt or Device arguments, calls into libc10's
-// operator<<. Where this library and libtorch were built against different
-// libstdc++ versions (seen: a GCC build on the GPU machine against the
-// torch 2.11 wheel) formatting a number that way crashed in the stream's
-// locale facets. Here numbers go through std::to_string / snprintf and torch
-// types through their own str(), and TORCH_CHECK only ever sees one string.
-// The message is built only when the check fails.
+// operator<<. Where this library and libtorch are built against different
+// libstdc++ versions (a local GCC build against a torch wheel), formatting a
+// number that way can crash in the ostringstream's locale facets. Here
+// numbers go through std::to_string / snprintf and torch types through their
+// own str(), and TORCH_CHECK only ever sees one string. The message is built
+// only when the check fails.
 #pragma once
 
 #include <c10/core/Device.h>

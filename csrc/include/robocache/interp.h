@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "robocache/mode.h"
+
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define ROBOCACHE_HD __host__ __device__ __forceinline__
 #define ROBOCACHE_UNROLL _Pragma("unroll")
@@ -17,8 +19,6 @@
 #endif
 
 namespace robocache {
-
-enum class Mode : int32_t { Linear = 0, Nearest = 1, Previous = 2 };
 
 // Weights are computed in the precision of the times, never lower: a float64
 // unix-epoch time or an int64 nanosecond stamp keeps its resolution because
@@ -154,6 +154,7 @@ ROBOCACHE_HD Location<weight_t<stamp_t>> locate_at(const stamp_t* times, int64_t
       loc.i0 = loc.i1 = ((t1 - q) <= (q - t0)) ? k : k - 1;
       break;
     case Mode::Previous:
+    case Mode::Mean:  // resample and fuse reject mean (parse_mode, ModeSet::Interp)
       loc.i0 = loc.i1 = k - 1;
       break;
   }

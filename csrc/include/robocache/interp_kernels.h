@@ -11,7 +11,7 @@
 #include <tuple>
 #include <vector>
 
-#include "robocache/stream.h"
+#include "robocache/interp_args.h"
 
 namespace robocache {
 

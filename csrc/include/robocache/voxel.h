@@ -187,8 +187,8 @@ ROBOCACHE_HD int64_t point_voxel(const VoxelArgs<point_t, feat_t>& a, int64_t b,
 // gives it to the voxel's winner (first[e]: the lowest-index point at the
 // max) and 0 to the others. counts and first are read only for the reduce
 // that needs them (their buffers exist only then). The CUDA backward
-// (gather_grad_kernel) writes the same rule out: calling this changed its
-// generated code (same math, other instruction order).
+// (gather_grad_kernel) writes the same rule out rather than calling this: a
+// call compiles there to the same math in another instruction order.
 template <typename A, typename Index>
 ROBOCACHE_HD A voxel_point_grad(Reduce reduce, A g, const int32_t* counts, int64_t cell,
                                 const int32_t* first, int64_t e, Index point) {

@@ -13,11 +13,9 @@
 
 namespace robocache {
 
-enum class WindowMode : int32_t { Nearest = 0, Previous = 1, Linear = 2, Mean = 3 };
-
 // The scalar arguments of sample_windows, in nanoseconds.
 struct WindowRule {
-  WindowMode mode;
+  Mode mode;
   int64_t interval;        // mean: the samples in (q - interval, q]; > 0
   int64_t tolerance;       // < 0: none; else pad when a sample used is farther from q
   int64_t edge_tolerance;  // >= 0: q within this of the episode's first/last sample is not pad
@@ -141,22 +139,22 @@ ROBOCACHE_HD WindowPick pick_window(const int64_t* times, int64_t a, int64_t b, 
   const int64_t prev = k > a ? k - 1 : a;
   p.i0 = p.i1 = prev;
   switch (rule.mode) {
-    case WindowMode::Previous:
+    case Mode::Previous:
       break;
-    case WindowMode::Nearest:
+    case Mode::Nearest:
       if (k == a) {
         p.i0 = p.i1 = a;
       } else if (k < b && distance(times[k], q) <= distance(q, times[k - 1])) {
         p.i0 = p.i1 = k;  // t[k-1] <= q < t[k], and t[k] is as close or closer
       }
       break;
-    case WindowMode::Linear:
+    case Mode::Linear:
       if (k > a && k < b && times[k - 1] < q) {
         p.i1 = k;
         p.w = double(distance(q, times[k - 1])) / double(distance(times[k], times[k - 1]));
       }
       break;
-    case WindowMode::Mean: {
+    case Mode::Mean: {
       const int64_t from = q >= INT64_MIN + rule.interval ? q - rule.interval : INT64_MIN;
       const int64_t lo = first_after(times, a, k, from);  // rows [lo, k) lie in (from, q]
       if (lo < k) {

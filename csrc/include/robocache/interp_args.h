@@ -1,5 +1,7 @@
-// Plain descriptions of one sample stream and of the queries, shared by the
-// CPU and CUDA kernels of resample and fuse (host and device code).
+// The arguments of the interpolating ops (resample and fuse) as the kernels
+// read them: one source (a stream's values, times, lengths and mode) per
+// stream, and the queries. Shared by the CPU and CUDA kernels (host and
+// device code), with the host code that builds them from tensors.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,10 +13,11 @@
 
 namespace robocache {
 
-// values (B, S, D) with unit stride along D; times (B, S) or shared (S,)
-// (batch stride 0); optional contiguous lengths (B,).
+// One stream as an interpolation source: values (B, S, D) with unit stride
+// along D; times (B, S) or shared (S,) (batch stride 0); optional contiguous
+// lengths (B,).
 template <typename value_t, typename stamp_t>
-struct StreamArgs {
+struct InterpSource {
   const value_t* values;
   int64_t v_bstride, v_sstride;
   const stamp_t* times;
@@ -24,17 +27,17 @@ struct StreamArgs {
   Mode mode;
 };
 
-// The queries, (B, T) or shared (T,).
+// The interpolation queries, (B, T) or shared (T,).
 template <typename stamp_t>
-struct QueryArgs {
+struct InterpQuery {
   const stamp_t* query;
   int64_t q_bstride, q_stride;
   int64_t T;
 };
 
 template <typename value_t, typename stamp_t>
-ROBOCACHE_HD Location<weight_t<stamp_t>> locate_query(const StreamArgs<value_t, stamp_t>& s,
-                                                      const QueryArgs<stamp_t>& q, int64_t b,
+ROBOCACHE_HD Location<weight_t<stamp_t>> locate_query(const InterpSource<value_t, stamp_t>& s,
+                                                      const InterpQuery<stamp_t>& q, int64_t b,
                                                       int64_t t, int64_t* hint = nullptr) {
   const int64_t L = s.lengths ? clamp_length(s.lengths[b], s.S) : s.S;
   return locate(s.times + b * s.t_bstride, s.t_stride, L, q.query[b * q.q_bstride + t * q.q_stride],
@@ -44,9 +47,9 @@ ROBOCACHE_HD Location<weight_t<stamp_t>> locate_query(const StreamArgs<value_t, 
 // values must have unit stride along D (see unit_stride_d) and lengths, if
 // defined, must be contiguous.
 template <typename value_t, typename stamp_t>
-StreamArgs<value_t, stamp_t> stream_args(const at::Tensor& values, const at::Tensor& times,
-                                         const at::Tensor& lengths, Mode mode) {
-  StreamArgs<value_t, stamp_t> s;
+InterpSource<value_t, stamp_t> interp_source(const at::Tensor& values, const at::Tensor& times,
+                                             const at::Tensor& lengths, Mode mode) {
+  InterpSource<value_t, stamp_t> s;
   s.values = values.data_ptr<value_t>();
   s.v_bstride = values.stride(0);
   s.v_sstride = values.stride(1);
@@ -61,7 +64,7 @@ StreamArgs<value_t, stamp_t> stream_args(const at::Tensor& values, const at::Ten
 }
 
 template <typename stamp_t>
-QueryArgs<stamp_t> query_args(const at::Tensor& query) {
+InterpQuery<stamp_t> interp_query(const at::Tensor& query) {
   return {query.data_ptr<stamp_t>(), query.dim() == 2 ? query.stride(0) : 0, query.stride(-1),
           query.size(-1)};
 }

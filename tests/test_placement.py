@@ -164,3 +164,74 @@ def test_auto_keeps_the_index_and_small_streams_on_the_gpu():
     assert placed.place("auto", budget=index).placement["action"] == "pinned"
     with pytest.raises(ValueError, match=r"budget of 10 bytes cannot hold .* bytes"):
         store.place("auto", budget=10)
+
+
+@requires_cuda
+@pytest.mark.parametrize("mode", ["nearest", "previous", "linear", "mean"])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.bfloat16])
+def test_the_kernels_read_pinned_values_as_they_read_device_values(mode, dtype):
+    if dtype == torch.uint8 and mode in ("linear", "mean"):
+        pytest.skip("blending modes need floating values")
+    import robocache
+
+    g = torch.Generator().manual_seed(3)
+    values = (torch.rand(40, 3, 5, generator=g) * 200).to(dtype)
+    times = torch.cumsum(torch.randint(1, 9, (40,), generator=g), 0) * MS
+    offsets = torch.tensor([0, 11, 11, 25, 40])
+    episode = torch.tensor([0, 2, 3, 1, 3])
+    query = times[[3, 14, 30, 0, 39]].view(5, 1) + torch.tensor([-5, 0, 2, 7]) * MS
+    cuda = [t.cuda() for t in (values, times, offsets, episode, query)]
+    pinned = [values.pin_memory(), *cuda[1:]]
+    kw = dict(interval=4 * MS) if mode == "mean" else {}
+    want = robocache.sample_windows(*cuda, mode, **kw)
+    got = robocache.sample_windows(*pinned, mode, **kw)
+    for a, b in zip(got, want):
+        assert a.device.type == "cuda" and torch.equal(a, b)
+    deltas = [torch.tensor([-3, 0, 5], device="cuda") * MS]
+    anchors = (offsets.cuda(), times.cuda(), torch.tensor([3, 14, 30, 0, 39], device="cuda"))
+    for v in (cuda[0], pinned[0]):
+        out = robocache.anchor_windows(
+            [v],
+            [cuda[1]],
+            [cuda[2]],
+            deltas,
+            *anchors,
+            mode,
+            **({"intervals": 4 * MS} if mode == "mean" else {}),
+        )
+        if v is cuda[0]:
+            want_anchor = out
+        else:
+            assert all(torch.equal(a, b) for a, b in zip(out[0], want_anchor[0]))
+
+
+@requires_cuda
+def test_pageable_host_values_with_a_gpu_index_are_refused():
+    import robocache
+
+    values = torch.zeros(4, 2)  # not pinned
+    times, offsets = torch.arange(4, device="cuda"), torch.tensor([0, 4], device="cuda")
+    with pytest.raises(
+        ValueError, match=r"values must be on cuda:0 .* got values on cpu \(not pinned\)"
+    ):
+        robocache.sample_windows(
+            values, times, offsets, torch.tensor([0], device="cuda"), times.view(1, 4)
+        )
+
+
+@requires_cuda
+def test_pinned_batches_are_drawn_without_a_host_sync_and_replay_from_graphs(tmp_path):
+    store = make_store()
+    store.save(tmp_path)
+    placed = EpisodeStore.load(tmp_path, placement={"observation.images.*": "pinned", "*": "cuda"})
+    sampler = WindowSampler(placed, DELTAS, modes=MODES, batch_size=6, seed=2)
+    assert sampler._graphs is not None and sampler.prefetch == 1
+    eager = WindowSampler(placed, DELTAS, modes=MODES, batch_size=6, seed=2, cuda_graph=False)
+    expected = [{k: v.clone() for k, v in b.items()} for b in eager]
+    next(iter(sampler))  # the graphs are captured outside the sync check
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = [{k: v.clone() for k, v in b.items()} for b in sampler]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert_same(got, expected)

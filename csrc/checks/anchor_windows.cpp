@@ -64,9 +64,13 @@ AnchorWindowSizes check_anchor_window_inputs(at::TensorList values, at::TensorLi
   ROBOCACHE_CHECK_VALUE(times.size() == K && offsets.size() == K && deltas.size() == K, op,
                         ": values, times, offsets and deltas must hold one tensor per stream; got ",
                         K, ", ", times.size(), ", ", offsets.size(), " and ", deltas.size());
-  check_index_tensor(anchor_offsets, "anchor_offsets", 1, "(E + 1,)", values[0], op);
-  check_index_tensor(anchor_times, "anchor_times", 1, "(N_anchor,)", values[0], op);
-  check_index_tensor(index, "index", 1, "(B,)", values[0], op);
+  // The index (every time, offset and delta, the anchors, the tables) lives on
+  // anchor_times' device; values there, or pinned when that is a GPU.
+  check_index_tensor(anchor_times, "anchor_times", 1, "(N_anchor,)", anchor_times, "anchor_times",
+                     op);
+  check_index_tensor(anchor_offsets, "anchor_offsets", 1, "(E + 1,)", anchor_times, "anchor_times",
+                     op);
+  check_index_tensor(index, "index", 1, "(B,)", anchor_times, "anchor_times", op);
   ROBOCACHE_SYM_CHECK(anchor_offsets.sym_size(0).sym_ge(1), op,
                       ": anchor_offsets must have E + 1 >= 1 entries; got shape ",
                       shape_str(anchor_offsets));
@@ -78,17 +82,15 @@ AnchorWindowSizes check_anchor_window_inputs(at::TensorList values, at::TensorLi
                       d_name = "deltas" + at_k;
     const at::Tensor& v = values[k];
     ROBOCACHE_CHECK_VALUE(v.dim() >= 1, op, ": ", v_name, " must be (N, *shape); got a 0-d tensor");
-    ROBOCACHE_CHECK_VALUE(v.device() == values[0].device(), op,
-                          ": every stream must be on one device; got values[0] on ",
-                          values[0].device(), " and ", v_name, " on ", v.device());
+    check_values_device(v, v_name, anchor_times, op);
     const bool blends = mode_blends(rules[k].mode);
     ROBOCACHE_CHECK_TYPE(!blends || is_value_dtype(v.scalar_type()), op, ": mode '",
                          mode_name(rules[k].mode), "' of ", v_name,
                          " needs float32, float64, float16 or bfloat16 values; got ",
                          v.scalar_type(), " (use 'nearest' or 'previous')");
-    check_index_tensor(times[k], t_name.c_str(), 1, "(N,)", v, op);
-    check_index_tensor(offsets[k], o_name.c_str(), 1, "(E + 1,)", v, op);
-    check_index_tensor(deltas[k], d_name.c_str(), 1, "(W,)", v, op);
+    check_index_tensor(times[k], t_name.c_str(), 1, "(N,)", anchor_times, "anchor_times", op);
+    check_index_tensor(offsets[k], o_name.c_str(), 1, "(E + 1,)", anchor_times, "anchor_times", op);
+    check_index_tensor(deltas[k], d_name.c_str(), 1, "(W,)", anchor_times, "anchor_times", op);
     c10::SymInt D = 1;
     for (int64_t d = 1; d < v.dim(); ++d)
       D = D * v.sym_size(d);
@@ -109,9 +111,7 @@ AnchorWindowSizes check_anchor_window_inputs(at::TensorList values, at::TensorLi
     const std::string name = "anchor_rows[" + std::to_string(j) + "]";
     ROBOCACHE_CHECK_VALUE(rows.dim() >= 1, op, ": ", name,
                           " must be (N_anchor, *shape); got a 0-d tensor");
-    ROBOCACHE_CHECK_VALUE(rows.device() == values[0].device(), op, ": ", name,
-                          " must be on the same device as values; got values on ",
-                          values[0].device(), " and ", name, " on ", rows.device());
+    check_values_device(rows, name, anchor_times, op);
     ROBOCACHE_SYM_CHECK(rows.sym_size(0).sym_eq(n.N_anchor), op, ": ", name,
                         " must have one row per row of the anchor stream (N_anchor = ", n.N_anchor,
                         "); got shape ", shape_str(rows));

@@ -36,9 +36,15 @@ inline bool is_time_dtype(at::ScalarType t) {
 }
 
 // An int64 tensor of `dim` dimensions (`shape` names them in the message) on
-// the device of `values`.
+// the device of `reference` (`reference_name` names it).
 void check_index_tensor(const at::Tensor& t, const char* name, int64_t dim, const char* shape,
-                        const at::Tensor& values, const char* op);
+                        const at::Tensor& reference, const char* reference_name, const char* op);
+
+// The window ops' values live where their index (times, offsets) is, or, when
+// the index is on a CUDA device, in pinned host memory: the kernel reads it
+// there directly, through the address unified addressing gives it.
+void check_values_device(const at::Tensor& values, const std::string& name, const at::Tensor& index,
+                         const char* op);
 
 // Where the lengths can be read for free (the CPU), reject any entry outside
 // [lo, hi]; `bound` names hi in the message ("S", "N").

@@ -8,15 +8,18 @@ namespace {
 
 constexpr const char* kOp = "robocache.sample_windows";
 
-// times, offsets, episode and query_times against N rows on values' device.
+// times, offsets, episode and query_times against N rows; the index on
+// times' device, `values` there or pinned (check_values_device).
 WindowSizes check_packed(const at::Tensor& times, const at::Tensor& offsets,
                          const at::Tensor& episode, const at::Tensor& query_times,
-                         const at::Tensor& values, const c10::SymInt& N, const c10::SymInt& D) {
+                         const at::Tensor& values, const char* values_name, const c10::SymInt& N,
+                         const c10::SymInt& D) {
   const char* op = kOp;
-  check_index_tensor(times, "times", 1, "(N,)", values, op);
-  check_index_tensor(offsets, "offsets", 1, "(E + 1,)", values, op);
-  check_index_tensor(episode, "episode", 1, "(B,)", values, op);
-  check_index_tensor(query_times, "query_times", 2, "(B, W)", values, op);
+  check_index_tensor(times, "times", 1, "(N,)", times, "times", op);
+  check_values_device(values, values_name, times, op);
+  check_index_tensor(offsets, "offsets", 1, "(E + 1,)", times, "times", op);
+  check_index_tensor(episode, "episode", 1, "(B,)", times, "times", op);
+  check_index_tensor(query_times, "query_times", 2, "(B, W)", times, "times", op);
   WindowSizes n{N, D, offsets.sym_size(0) - 1, episode.sym_size(0), query_times.sym_size(1)};
   ROBOCACHE_SYM_CHECK(times.sym_size(0).sym_eq(n.N), op,
                       ": times must have one entry per row of values (N = ", n.N,
@@ -60,8 +63,8 @@ SampleWindowsChecked check_sample_windows(const at::Tensor& values, const at::Te
                        mode_name(rule.mode),
                        "' needs float32, float64, float16 or bfloat16 values; got ",
                        values.scalar_type(), " (use 'nearest' or 'previous')");
-  return {rule, check_packed(times, offsets, episode, query_times, values, values.sym_size(0),
-                             values.sym_size(1))};
+  return {rule, check_packed(times, offsets, episode, query_times, values, "values",
+                             values.sym_size(0), values.sym_size(1))};
 }
 
 SampleWindowsChecked check_sample_windows_backward(
@@ -75,8 +78,11 @@ SampleWindowsChecked check_sample_windows_backward(
   ROBOCACHE_CHECK_VALUE(grad_out.dim() == 3, op, ": grad_out must be 3-D (B, W, D); got shape ",
                         shape_str(grad_out));
   ROBOCACHE_SYM_CHECK(num_values.sym_ge(0), op, ": num_values must be >= 0; got ", num_values);
-  const WindowSizes n = check_packed(times, offsets, episode, query_times, grad_out, num_values,
-                                     grad_out.sym_size(2));
+  ROBOCACHE_CHECK_VALUE(grad_out.device() == times.device(), op,
+                        ": grad_out must be on the same device as times; got times on ",
+                        times.device(), " and grad_out on ", grad_out.device());
+  const WindowSizes n = check_packed(times, offsets, episode, query_times, grad_out, "grad_out",
+                                     num_values, grad_out.sym_size(2));
   ROBOCACHE_SYM_CHECK(grad_out.sym_size(0).sym_eq(n.B) & grad_out.sym_size(1).sym_eq(n.W), op,
                       ": grad_out must be (B, W, D) with (B, W) = (", n.B, ", ", n.W,
                       "); got shape ", shape_str(grad_out));

@@ -64,7 +64,9 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
                            anchor_rows, modes, intervals, tolerances, edge_tolerance);
   const std::vector<WindowRule>& rules = checked.rules;
   const AnchorWindowSizes& n = checked.sizes;
-  const c10::cuda::CUDAGuard guard(values[0].device());
+  // Outputs and launches on the index's device (values may be pinned host memory).
+  const c10::Device device = anchor_times.device();
+  const c10::cuda::CUDAGuard guard(device);
   const int64_t B = n.B.expect_int();
   const at::Tensor a_off = anchor_offsets.contiguous(), a_times = anchor_times.contiguous(),
                    idx = index.contiguous();
@@ -72,12 +74,13 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
   std::vector<at::Tensor> outs, pads, ages, rows;
   for (size_t k = 0; k < K; ++k) {
     const int64_t W = n.streams[k].W.expect_int();
-    outs.push_back(at::empty_symint(anchor_window_shape(values[k], n, k), values[k].options()));
-    pads.push_back(at::empty({B, W}, values[k].options().dtype(at::kBool)));
-    ages.push_back(at::empty({B, W}, values[k].options().dtype(at::kLong)));
+    const auto options = values[k].options().device(device);
+    outs.push_back(at::empty_symint(anchor_window_shape(values[k], n, k), options));
+    pads.push_back(at::empty({B, W}, options.dtype(at::kBool)));
+    ages.push_back(at::empty({B, W}, options.dtype(at::kLong)));
   }
   for (const at::Tensor& table : anchor_rows)
-    rows.push_back(at::empty_symint(anchor_row_shape(table, n), table.options()));
+    rows.push_back(at::empty_symint(anchor_row_shape(table, n), table.options().device(device)));
   if (B == 0)
     return {outs, pads, ages, episode, rows};
   AnchorArgs a{};
@@ -124,7 +127,7 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
       inputs.push_back(t);
     const at::Tensor* v = &inputs[inputs.size() - 4];
     AnchorSource s{};
-    s.values = v->data_ptr();
+    s.values = device_address(*v);
     s.times = v[1].data_ptr<int64_t>();
     s.offsets = v[2].data_ptr<int64_t>();
     s.deltas = v[3].data_ptr<int64_t>();
@@ -141,7 +144,7 @@ anchor_windows_cuda(at::TensorList values, at::TensorList times, at::TensorList 
     inputs.push_back(anchor_rows[j].contiguous());
     const at::Tensor& table = inputs.back();
     AnchorSource s{};
-    s.values = table.data_ptr();
+    s.values = device_address(table);
     s.out = rows[j].data_ptr();
     s.N = a.N_anchor;
     s.W = 1;

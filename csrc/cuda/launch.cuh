@@ -2,6 +2,10 @@
 // size with its check against CUDA's limit.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -21,6 +25,17 @@ inline unsigned int grid_blocks(int64_t items, int64_t per_block, const char* op
   ROBOCACHE_CHECK(blocks <= int64_t(0x7fffffff), op, ": too many ", what, " for one launch (",
                   count, ")");
   return static_cast<unsigned int>(std::max<int64_t>(blocks, 1));
+}
+
+// The address a kernel reads `t` at: its own for device memory; for pinned
+// host memory, the device address CUDA maps it at (with unified addressing,
+// the host address itself). The shared checks admit only these two.
+inline const void* device_address(const at::Tensor& t) {
+  if (!t.is_cpu())
+    return t.data_ptr();
+  void* address = nullptr;
+  C10_CUDA_CHECK(cudaHostGetDevicePointer(&address, t.data_ptr(), 0));
+  return address;
 }
 
 // Whether p is a multiple of `bytes` (for vector loads and stores).

@@ -44,9 +44,9 @@ void launch_gather(const WindowArgs& a, const at::Tensor& values, at::Tensor& ou
   const int Q = tile_queries(row_bytes);
   gather_windows_kernel<chunk_t>
       <<<grid_blocks(a.M, Q, kOp, "windows", a.M), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-          a, static_cast<const chunk_t*>(values.data_ptr()), row_bytes / int64_t(sizeof(chunk_t)),
-          Q, static_cast<chunk_t*>(out.data_ptr()), is_pad.data_ptr<bool>(),
-          age.data_ptr<int64_t>());
+          a, static_cast<const chunk_t*>(device_address(values)),
+          row_bytes / int64_t(sizeof(chunk_t)), Q, static_cast<chunk_t*>(out.data_ptr()),
+          is_pad.data_ptr<bool>(), age.data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -58,19 +58,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cuda(
                                             interval, tolerance, edge_tolerance);
   const WindowRule& rule = checked.rule;
   const WindowSizes& n = checked.sizes;
-  const c10::cuda::CUDAGuard guard(values.device());
+  // Outputs and launches on the index's device (values may be pinned host memory).
+  const c10::cuda::CUDAGuard guard(times.device());
   const at::Tensor v = values.contiguous(), t = times.contiguous(), o = offsets.contiguous(),
                    e = episode.contiguous(), q = query_times.contiguous();
   const int64_t B = n.B.expect_int(), W = n.W.expect_int(), D = n.D.expect_int();
-  at::Tensor out = at::empty({B, W, D}, values.options());
-  at::Tensor is_pad = at::empty({B, W}, values.options().dtype(at::kBool));
-  at::Tensor age = at::empty({B, W}, values.options().dtype(at::kLong));
+  const auto options = values.options().device(times.device());
+  at::Tensor out = at::empty({B, W, D}, options);
+  at::Tensor is_pad = at::empty({B, W}, options.dtype(at::kBool));
+  at::Tensor age = at::empty({B, W}, options.dtype(at::kLong));
   if (B * W == 0)
     return {out, is_pad, age};
   const WindowArgs a = window_args(t, o, e, q, n, rule);
   const int64_t row_bytes = D * v.element_size();
   if (!mode_blends(rule.mode)) {
-    switch (copy_chunk_bytes(v.data_ptr(), out.data_ptr(), row_bytes)) {
+    switch (copy_chunk_bytes(device_address(v), out.data_ptr(), row_bytes)) {
       case 16:
         launch_gather<uint4>(a, v, out, is_pad, age, row_bytes);
         break;
@@ -93,8 +95,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_windows_cuda(
     const int Q = tile_queries(row_bytes);
     blend_windows_kernel<scalar_t, C><<<grid_blocks(a.M, Q, kOp, "windows", a.M), kThreads, 0,
                                         at::cuda::getCurrentCUDAStream()>>>(
-        a, v.data_ptr<scalar_t>(), D, Q, out.data_ptr<scalar_t>(), is_pad.data_ptr<bool>(),
-        age.data_ptr<int64_t>());
+        a, static_cast<const scalar_t*>(device_address(v)), D, Q, out.data_ptr<scalar_t>(),
+        is_pad.data_ptr<bool>(), age.data_ptr<int64_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return {out, is_pad, age};

@@ -88,7 +88,7 @@ def sample_windows(
     edge_tolerance = check_nanoseconds(edge_tolerance, "edge_tolerance", _SAMPLE)
     if values.dim() < 1:
         raise ValueError(f"{_SAMPLE}: values must be (N, *shape); got a 0-d tensor")
-    require_kernels(_SAMPLE, values)
+    require_kernels(_SAMPLE, values, times)
     shape = values.shape[1:]
     flat = values.reshape(values.shape[0], math.prod(shape))
     out, is_pad, age = OPS.sample_windows(
@@ -256,7 +256,7 @@ def anchor_windows(
     anchor_rows = [] if anchor_rows is None else list(anchor_rows)
     for j, t in enumerate(anchor_rows):
         check_tensor(t, f"anchor_rows[{j}]", _ANCHOR)
-    require_kernels(_ANCHOR, *values)
+    require_kernels(_ANCHOR, *values, *times)
     return OPS.anchor_windows(
         list(values),
         list(times),

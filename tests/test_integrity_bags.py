@@ -15,7 +15,7 @@ import torch
 pytest.importorskip("rosbags", reason="the bags extra: pip install robocache[bags]")
 pytest.importorskip("mcap", reason="the mcap extra: pip install robocache[mcap]")
 
-from fixtures.bags import MS, T0, TOPICS, rewrite_with_crcs, write_bag  # noqa: E402
+from fixtures.bags import MS, T0, TOPICS, TS, header, rewrite_with_crcs, write_bag  # noqa: E402
 from fixtures.corrupt import flipped_copies, same_store, truncate  # noqa: E402
 from rosbags.rosbag2 import StoragePlugin  # noqa: E402
 
@@ -122,7 +122,10 @@ def test_without_the_mcap_package_the_loader_says_crcs_are_unchecked(tmp_path, m
     bag_with_crcs(tmp_path / "a")
     bag_with_crcs(tmp_path / "b")
     monkeypatch.setattr(bags, "_has_mcap", lambda: False)
-    with pytest.warns(UserWarning, match=r"mcap package is not installed.*2 mcap-storage bag"):
+    with pytest.warns(
+        UserWarning,
+        match=r"CRCs of 2 mcap-storage bag\(s\) were not checked:\n  .*a: the mcap package is not",
+    ):
         load_bag([tmp_path / "a", tmp_path / "b"], TOPICS, progress=False)
 
 
@@ -166,3 +169,26 @@ def test_sqlite3_bags_carry_no_checksum_a_flipped_value_loads_changed(tmp_path):
     store = load(tmp_path / "run")
     loaded = store["/joint_states.position"].values[3, 2]
     assert loaded != value and torch.isclose(loaded, torch.tensor(value, dtype=torch.float64))
+
+
+def test_bags_compressed_file_by_file_say_their_crcs_are_unchecked(tmp_path):
+    from rosbags.rosbag2 import Writer
+    from rosbags.rosbag2.enums import CompressionFormat, CompressionMode
+
+    JointState = TS.types["sensor_msgs/msg/JointState"]
+    writer = Writer(tmp_path / "z", version=8, storage_plugin=StoragePlugin.MCAP)
+    writer.set_compression(CompressionMode.FILE, CompressionFormat.ZSTD)
+    with writer:
+        conn = writer.add_connection("/joint_states", "sensor_msgs/msg/JointState", typestore=TS)
+        for k in range(5):
+            msg = JointState(
+                header=header(T0 + k * MS),
+                name=["a"],
+                position=np.full(1, float(k)),
+                velocity=np.zeros(1),
+                effort=np.zeros(1),
+            )
+            writer.write(conn, T0 + k * MS, TS.serialize_cdr(msg, "sensor_msgs/msg/JointState"))
+    with pytest.warns(UserWarning, match=r"z: its \.mcap files are compressed whole"):
+        store = load_bag(tmp_path / "z", {"/joint_states": "position"}, progress=False)
+    assert store["/joint_states.position"].values.flatten().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]

@@ -1,8 +1,14 @@
 """ROS bags and MCAP logs, read with rosbags (ROS 2 bags in sqlite3 or mcap
 storage, ROS 1 ``.bag`` files): the real multi-rate case. A topic (with a
 field path) becomes a stream on its own clock: the messages' ``header.stamp``
-(acquisition time) or the log time."""
+(acquisition time) or the log time.
 
+What is checked: rosbags checks no CRC of mcap storage (from 0.11 it checks
+each chunk's as it reads it, but not the summary's or the data section's),
+so a bag's .mcap files are first checked with the mcap package, every CRC
+they carry. sqlite3 storage and ROS 1 bags carry no checksum."""
+
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +20,12 @@ from ._common import (
     as_paths,
     field_names,
     log_episodes,
+    reading,
     split_gap_ns,
     stack_streams,
 )
 from ._images import decode_image
+from .mcap_logs import mapped, verify_mcap, warn_unprotected
 
 __all__ = ["load_bag"]
 
@@ -90,6 +98,18 @@ def load_bag(
         skip_bad: skip files that fail a check (reported) instead of raising.
         device: build the store there (default: the host); each episode moves
             there as it is read, so host memory holds only episodes in flight.
+
+    Before rosbags reads a ROS 2 bag in mcap storage, every CRC of its .mcap
+    files is checked with the mcap package (the summary's, the data
+    section's and every chunk's): a mismatch, a file cut short, or a record
+    that does not parse or decompress is a LoaderError naming the file. Files
+    whose CRCs do not cover every message (rosbags' writer leaves them all at
+    0; rosbag2's fills the chunks' and the summary's) load with a warning, as
+    do mcap bags where the mcap package is not installed and bags compressed
+    file by file (``.mcap.zstd``), whose CRCs are not checked. sqlite3 storage
+    and ROS 1 bags carry no checksum: a flipped bit in a value loads as
+    another value. The checks cost one more decompression and zlib CRC-32 of
+    each chunk: 44 ms for an 83 MB bag of 640x480 images that loads in 5.6 s.
     """
     from rosbags.highlevel import AnyReader
 
@@ -100,12 +120,31 @@ def load_bag(
     wanted = set(topics) | ({marker_topic} if marker_topic else set())
     gap = split_gap_ns(split_gap_s, "load_bag")
 
+    unprotected, unchecked = [], []  # mcap files no CRC covers; bags not checked, and why
+
+    def verify(path):
+        """Checks the CRCs of a ROS 2 bag's .mcap files (a directory's)."""
+        bag = Path(path)
+        files = sorted(bag.glob("*.mcap")) if bag.is_dir() else []
+        if bag.is_dir() and any(bag.glob("*.mcap.zstd")):
+            unchecked.append(f"{path}: its .mcap files are compressed whole (.mcap.zstd)")
+        if files and not _has_mcap():
+            unchecked.append(
+                f"{path}: the mcap package is not installed (pip install robocache[mcap])"
+            )
+            return
+        for file in files:
+            with mapped(file, f"load_bag({file})") as data:
+                if not verify_mcap(data, f"load_bag({file})"):
+                    unprotected.append(str(file))
+
     def read(path):
         where = f"load_bag({path})"
         values = {name: [] for name in fields.values()}
         times = {name: [] for name in fields.values()}
         marks = []
-        try:
+        with reading(where, "the bag"):
+            verify(path)
             with AnyReader([Path(path)]) as reader:
                 connections = [c for c in reader.connections if c.topic in wanted]
                 missing = sorted(wanted - {c.topic for c in connections})
@@ -123,11 +162,23 @@ def load_bag(
                         if topic == connection.topic:
                             values[name].append(_value(msg, pick, here))
                             times[name].append(t)
-        except LoaderError:
-            raise
-        except Exception as e:  # rosbags raises its own types for unreadable or truncated files
-            raise LoaderError(f"{where}: cannot read the bag: {e}") from e
         return stack_streams(where, values, times), marks
 
     episodes = log_episodes(paths, read, gap, skip_bad, "load_bag")
-    return EpisodeStore.from_episodes(episodes, progress=progress, device=device)
+    store = EpisodeStore.from_episodes(episodes, progress=progress, device=device)
+    if unchecked:
+        warnings.warn(
+            f"load_bag: the CRCs of {len(unchecked)} mcap-storage bag(s) were not checked:\n  "
+            + "\n  ".join(unchecked),
+            stacklevel=2,
+        )
+    warn_unprotected("load_bag", unprotected)
+    return store
+
+
+def _has_mcap():
+    try:
+        import mcap  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -114,6 +114,24 @@ def pinned_copy_gbps(nbytes, device):
     return nbytes / per_batch_seconds(lambda: dst.copy_(src, non_blocking=True), device, 10) / 1e9
 
 
+def gather_vs_copy(folder, batch_size, device):
+    """The image windows of one batch cut from pinned values by the kernel
+    (anchor_windows, every camera, one launch), in GB/s, against a copy of as
+    many bytes from pinned memory to the device: (kernel GB/s, copy GB/s)."""
+    store = EpisodeStore.load(folder, placement={"observation.images.*": "pinned", "*": "cuda"})
+    sampler = WindowSampler(
+        store, {cam: DELTAS[cam] for cam in CAMERAS}, batch_size=batch_size, cuda_graph=False
+    )
+    index = torch.randperm(sampler.num_anchors, device=device)[:batch_size]
+    calls = sampler._windows
+    nbytes = sum(o.numel() * o.element_size() for o in calls(index)[0])
+    kernel_s = per_batch_seconds(lambda: calls(index), device, 20)
+    src = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    copy_s = per_batch_seconds(lambda: dst.copy_(src, non_blocking=True), device, 20)
+    return nbytes / kernel_s / 1e9, nbytes / copy_s / 1e9
+
+
 def measure(args, folder, tier, policy_name, device, say):
     size, batch_size, policy = POLICIES[policy_name]
     if args.small:
@@ -179,6 +197,15 @@ def measure(args, folder, tier, policy_name, device, say):
     }
     if device.type == "cuda":
         row["gpu_peak_bytes"] = torch.cuda.max_memory_allocated(device)
+    if device.type == "cuda" and tier == "pinned":
+        row["pinned_gather_GBps"], row["pinned_copy_GBps"] = gather_vs_copy(
+            folder, batch_size, device
+        )
+        say(
+            f"{policy_name} / pinned: the kernel gathers the frames at "
+            f"{row['pinned_gather_GBps']:.1f} GB/s, a copy of as many bytes runs at "
+            f"{row['pinned_copy_GBps']:.1f} GB/s"
+        )
     say(
         f"{policy_name} / {tier}: efficiency {row['efficiency']:.3f} "
         f"({real * 1e3:.1f} ms a step, {ideal * 1e3:.1f} ms staged), {alone:.0f} windows/s"

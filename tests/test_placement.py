@@ -143,7 +143,9 @@ def test_every_placement_samples_the_same_windows_on_the_gpu(tmp_path, placement
     store = make_store()
     store.save(tmp_path)
     placed = EpisodeStore.load(tmp_path, placement=placement)
-    assert_same(batches(placed, device="cuda"), batches(store))
+    # Bitwise against the store on the GPU (the CPU's kernels may round a
+    # blend differently in the last bit).
+    assert_same(batches(placed, device="cuda"), batches(store.to("cuda")))
 
 
 @requires_cuda

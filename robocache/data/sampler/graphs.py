@@ -35,14 +35,18 @@ class _Slot:
         self.free = None  # the references of an unheld batch, read after capture
 
     def held(self):
-        """Whether anything outside the slot still refers to its batch."""
+        """Whether anything outside the slot still refers to its batch: more
+        references to any of its tensors than when it was last free."""
         if not COUNTS_REFERENCES:
             return False
         counts = [_references(t) for t in self.batch.values()]
         if self.free is None:
             self.free = counts
             return False
-        return counts != self.free
+        if any(c > f for now, then in zip(counts, self.free) for c, f in zip(now, then)):
+            return True
+        self.free = counts  # fewer than at capture (its own temporaries gone): the new floor
+        return False
 
 
 class BatchGraphs:

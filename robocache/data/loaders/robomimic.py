@@ -112,16 +112,16 @@ def load_robomimic(
                     if key not in group:
                         raise LoaderError(f"{here}: no key {key!r}")
                     dataset = group[key]
-                    checked = dataset.fletcher32
+                    checked, shape = dataset.fletcher32, dataset.shape
+                rows = shape[0] if shape else 0
+                if n is None:
+                    n = rows
+                if not shape or rows != n:  # before the read: a damaged shape can be huge
+                    raise LoaderError(f"{here}, key {key!r}: {rows} rows, but num_samples is {n}")
                 with reading(here, f"key {key!r}{' (fletcher32)' if checked else ''}"):
                     # HDF5 verifies a dataset's fletcher32 checksums as it reads;
                     # a mismatch is "filter returned failure during read".
                     values = dataset[()]
-                if n is None:
-                    n = values.shape[0] if values.ndim else 0
-                if values.ndim == 0 or values.shape[0] != n:
-                    rows = values.shape[0] if values.ndim else 0
-                    raise LoaderError(f"{here}, key {key!r}: {rows} rows, but num_samples is {n}")
                 episode[key] = (values, frame_times(n, fps, where))
             episode["length"] = n
             return episode

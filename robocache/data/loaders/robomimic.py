@@ -112,16 +112,24 @@ def load_robomimic(
                     if key not in group:
                         raise LoaderError(f"{here}: no key {key!r}")
                     dataset = group[key]
-                    checked, shape = dataset.fletcher32, dataset.shape
+                    shape = dataset.shape
                 rows = shape[0] if shape else 0
                 if n is None:
                     n = rows
                 if not shape or rows != n:  # before the read: a damaged shape can be huge
                     raise LoaderError(f"{here}, key {key!r}: {rows} rows, but num_samples is {n}")
-                with reading(here, f"key {key!r}{' (fletcher32)' if checked else ''}"):
+                try:
                     # HDF5 verifies a dataset's fletcher32 checksums as it reads;
                     # a mismatch is "filter returned failure during read".
                     values = dataset[()]
+                except MemoryError:
+                    raise
+                except Exception as e:  # h5py's types vary with the damage
+                    with reading(here, f"key {key!r}"):
+                        checked = " (fletcher32)" if dataset.fletcher32 else ""
+                    raise LoaderError(
+                        f"{here}: cannot read key {key!r}{checked}: {type(e).__name__}: {e}"
+                    ) from e
                 episode[key] = (values, frame_times(n, fps, where))
             episode["length"] = n
             return episode

@@ -51,6 +51,10 @@ def load_zarr(path, fps, keys=None, *, progress=True, skip_bad=False, device=Non
     chunk is found only where the codec checks its output (Zstd with
     ``checksum=True``, a CRC32 filter), never in raw chunks and mostly not in
     Blosc ones (Diffusion Policy's default).
+
+    The checks list each array's chunks and read each Blosc chunk's 16-byte
+    header: about 3% of a load (each array is opened once, not once an
+    episode, which more than pays for them).
     """
     import zarr
 

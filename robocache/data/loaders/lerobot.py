@@ -8,6 +8,7 @@ column, ``timestamp`` in float32 seconds from the episode's start);
 segment from ``from_timestamp`` to ``to_timestamp``).
 """
 
+import contextlib
 import functools
 import glob
 import json
@@ -20,18 +21,19 @@ import torch
 
 from ..store import EpisodeStore
 from ..time import times_to_ns
-from ._common import LoaderError, skipping
+from ._common import LoaderError, reading, skipping
 from ._images import decode_images
 
 __all__ = ["load_lerobot"]
 
 _BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+_VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
 
 
 def _ns(seconds, where):
     """LeRobot's float32 seconds (and PyAV's frame times) as int64 ns: each
     value as its float64 reading, rounded to ns."""
-    seconds = torch.from_numpy(np.asarray(seconds, dtype=np.float64))
+    seconds = torch.from_numpy(np.array(seconds, dtype=np.float64))  # a copy: writable
     try:
         return times_to_ns(seconds, where).numpy()
     except ValueError as e:
@@ -56,6 +58,134 @@ def _column(table, name, n, shape, where):
         ) from e
 
 
+def _columns_as(table, types, name, where):
+    """Each column ``types`` names is in the table, of that kind ("int",
+    "number", "tasks": a list of strings, "any") and without nulls: a parquet
+    footer has no checksum, and a changed byte there can drop a column or
+    change its type without an error from pyarrow."""
+    import pyarrow.types as pat
+
+    kinds = {
+        "int": pat.is_integer,
+        "number": lambda t: pat.is_integer(t) or pat.is_floating(t),
+        "tasks": lambda t: (
+            (pat.is_list(t) or pat.is_large_list(t))
+            and (pat.is_string(t.value_type) or pat.is_large_string(t.value_type))
+        ),
+        "any": lambda t: True,
+    }
+    with reading(where, f"{name}'s schema"):  # a name that is not UTF-8 fails here
+        names = set(table.column_names)
+    for column, kind in types.items():
+        if column not in names:
+            raise LoaderError(f"{where}: {name} has no column {column!r}")
+        field = table.schema.field(column)
+        if not kinds[kind](field.type):
+            raise LoaderError(f"{where}: {name}, column {column!r} is {field.type}, not {kind}")
+        if table.column(column).null_count:
+            raise LoaderError(f"{where}: {name}, column {column!r} holds nulls")
+
+
+def _episode_rows_of_meta(root, paths, keys, videos, info, where):
+    """The rows of meta/episodes, in episode order, checked against each
+    other and against info.json's total_episodes."""
+    types = dict.fromkeys(
+        ["episode_index", "length", "dataset_from_index", "dataset_to_index"], "int"
+    )
+    types["tasks"] = "tasks"
+    if len(videos) < len(keys):
+        types.update(dict.fromkeys(["data/chunk_index", "data/file_index"], "int"))
+    for key in videos:
+        for column in _VIDEO_COLUMNS:
+            types[f"videos/{key}/{column}"] = "int" if column.endswith("index") else "number"
+    episodes = []
+    for path in paths:
+        name = os.path.relpath(path, root)
+        table = _read_parquet(path, where, name)
+        _columns_as(table, types, name, where)
+        with reading(where, name):
+            episodes += table.select(list(types)).to_pylist()
+    episodes.sort(key=lambda row: row["episode_index"])
+    indices = [row["episode_index"] for row in episodes]
+    if len(set(indices)) < len(indices):
+        twice = next(i for i, j in zip(indices, indices[1:]) if i == j)
+        raise LoaderError(f"{where}: meta/episodes lists episode {twice} twice")
+    total = info.get("total_episodes")
+    if isinstance(total, int) and total != len(episodes):
+        # A parquet footer's row count has no checksum: pyarrow reads that many rows.
+        raise LoaderError(
+            f"{where}: meta/episodes lists {len(episodes)} episodes, info.json's "
+            f"total_episodes says {total}"
+        )
+    for row in episodes:
+        if row["length"] != row["dataset_to_index"] - row["dataset_from_index"]:
+            raise LoaderError(
+                f"{where}, episode {row['episode_index']}: length {row['length']}, but rows "
+                f"{row['dataset_from_index']} to {row['dataset_to_index']} in meta/episodes"
+            )
+    return episodes
+
+
+def _file(root, info, template, where, **fields):
+    """The path info.json's ``template`` (data_path, video_path) gives."""
+    with reading(where, f"meta/info.json's {template}"):
+        return os.path.join(root, info[template].format(**fields))
+
+
+def _read_parquet(path, where, name):
+    """A parquet file as a table. Pages that carry a CRC (pyarrow writes them
+    with ``write_page_checksum=True``) are verified."""
+    import pyarrow.parquet as pq
+
+    with reading(where, name):
+        return pq.read_table(path, page_checksum_verification=True)
+
+
+def _episode_rows(table, row, where):
+    """An episode's rows of its data file, and their times (int64 ns). The
+    file's bookkeeping columns must agree with meta/episodes: ``index`` runs
+    on from ``dataset_from_index``, ``episode_index`` is the episode's,
+    ``frame_index`` counts from 0 and ``timestamp`` never goes back."""
+    e, n, begin = row["episode_index"], row["length"], row["dataset_from_index"]
+    with reading(where, "the columns index, episode_index, frame_index and timestamp"):
+        index = table.column("index")
+        first = index[0].as_py() if len(index) else begin
+        rows = table.slice(begin - first, n) if begin >= first else table.slice(0, 0)
+        if rows.num_rows != n:
+            raise LoaderError(f"{where}: the data file holds {rows.num_rows} of its {n} rows")
+        columns = {c: rows.column(c).to_numpy() for c in _BOOKKEEPING[:4]}
+    for name, expected in (
+        ("index", np.arange(begin, begin + n)),
+        ("episode_index", np.full(n, e)),
+        ("frame_index", np.arange(n)),
+    ):
+        wrong = np.nonzero(columns[name] != expected)[0]
+        if len(wrong):
+            i = int(wrong[0])
+            raise LoaderError(
+                f"{where}, column {name!r}: row {i} of the episode holds {columns[name][i]}, "
+                f"not {expected[i]} (meta/episodes and the data file disagree)"
+            )
+    back = np.nonzero(np.diff(columns["timestamp"]) < 0)[0]
+    if len(back):
+        i = int(back[0]) + 1
+        raise LoaderError(
+            f"{where}, column 'timestamp': times go backwards at frame {i} "
+            f"({columns['timestamp'][i]} s after {columns['timestamp'][i - 1]} s)"
+        )
+    return rows, _ns(columns["timestamp"], f"{where}, column 'timestamp'")
+
+
+@contextlib.contextmanager
+def _ffmpeg_errors(where, name):
+    import av
+
+    try:
+        yield
+    except av.error.FFmpegError as e:
+        raise LoaderError(f"{where}: cannot read {name}: {type(e).__name__}: {e}") from e
+
+
 def _decode_segment(path, start, end, where):
     """The frames of one video file between start and end (seconds), each
     (H, W, 3) uint8, and their times from the file's start."""
@@ -63,8 +193,13 @@ def _decode_segment(path, start, end, where):
 
     tolerance = 1e-4  # LeRobot's tolerance for timestamps
     frames, times = [], []
-    try:
+    name = os.path.basename(path)
+    # FFmpeg's ENOMEM for a size a damaged file claims is av.MemoryError, a
+    # MemoryError too, which reading() lets through: caught here.
+    with reading(where, name), _ffmpeg_errors(where, name):
         with av.open(path) as container:
+            if not container.streams.video:  # a truncated mp4 can lose its stream table
+                raise LoaderError(f"{where}: {name} holds no video stream (truncated?)")
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
             if start > 0:
@@ -77,8 +212,9 @@ def _decode_segment(path, start, end, where):
                     break
                 frames.append(frame.to_ndarray(format="rgb24"))
                 times.append(t - start)
-    except (av.error.FFmpegError, OSError) as e:
-        raise LoaderError(f"{where}: cannot decode {path}: {e}") from e
+    if any(b < a for a, b in zip(times, times[1:])):
+        i = next(k for k, (a, b) in enumerate(zip(times, times[1:])) if b < a)
+        raise LoaderError(f"{where}: {name}: frame times go backwards at frame {i + 1}")
     return frames, times
 
 
@@ -159,9 +295,20 @@ def load_lerobot(
 
     Host memory: one data file, the ``threads + 1`` episodes in flight, and
     (without ``device``) the store being built.
-    """
-    import pyarrow.parquet as pq
 
+    Checked, each failure a LoaderError naming the file (and the episode,
+    column or key): every pyarrow and PyAV error (a truncated parquet or
+    mp4, a lost video stream); the CRC of every parquet page that carries
+    one (LeRobot's writer adds none: pyarrow's ``write_page_checksum=True``
+    does); the columns read are present, of their kind and without nulls;
+    meta/episodes holds info.json's ``total_episodes``, each once, with
+    ``length`` matching its rows; each episode's data rows carry its
+    ``index``, ``episode_index`` and ``frame_index``, and their ``timestamp``
+    never goes back; a video segment holds at least the table's frames, in
+    time order. Not checkable: a changed byte inside a page without a CRC, a
+    video's frame data (lossy codecs carry no checksum: a flip shows as
+    artefacts) and info.json's ``fps``. The checks cost nothing measurable.
+    """
     where = f"load_lerobot({root})"
     if video_backend != "pyav":
         raise ValueError(f"{where}: video_backend must be 'pyav'; got {video_backend!r}")
@@ -169,36 +316,40 @@ def load_lerobot(
     try:
         with open(info_path) as f:
             info = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
         raise LoaderError(f"{where}: cannot read meta/info.json: {e}") from e
-    if not str(info.get("codebase_version", "")).startswith("v3"):
-        raise LoaderError(f"{where}: codebase_version {info.get('codebase_version')!r} is not v3")
-    fps, features = info["fps"], info["features"]
-    keys = list(keys) if keys is not None else [k for k in features if k not in _BOOKKEEPING]
-    for key in keys:
-        if key not in features:
-            raise LoaderError(f"{where}: no feature {key!r}; the features are {sorted(features)}")
-    videos = [k for k in keys if features[k]["dtype"] == "video"]
+    if not isinstance(info, dict) or not str(info.get("codebase_version", "")).startswith("v3"):
+        version = info.get("codebase_version") if isinstance(info, dict) else None
+        raise LoaderError(f"{where}: codebase_version {version!r} is not v3")
+    with reading(where, "meta/info.json's fps, features and paths"):
+        fps, features = info["fps"], info["features"]
+        keys = list(keys) if keys is not None else [k for k in features if k not in _BOOKKEEPING]
+        for key in keys:
+            if key not in features:
+                raise LoaderError(
+                    f"{where}: no feature {key!r}; the features are {sorted(features)}"
+                )
+        videos = [k for k in keys if features[k]["dtype"] == "video"]
+        for key in keys:
+            if key not in videos:
+                tuple(features[key]["shape"])  # a KeyError or TypeError here, not mid-load
+    for name, used in (("video_path", videos), ("data_path", len(videos) < len(keys))):
+        if used and not isinstance(info.get(name), str):
+            raise LoaderError(f"{where}: meta/info.json has no {name}")
     episode_files = sorted(
         glob.glob(os.path.join(root, "meta", "episodes", "chunk-*", "file-*.parquet"))
     )
     if not episode_files:
         raise LoaderError(f"{where}: no meta/episodes/chunk-*/file-*.parquet")
-    episodes = sorted(
-        (row for path in episode_files for row in pq.read_table(path).to_pylist()),
-        key=lambda row: row["episode_index"],
-    )
+    episodes = _episode_rows_of_meta(root, episode_files, keys, videos, info, where)
     data_cache = {}
 
     def data_table(chunk, file):
-        path = os.path.join(root, info["data_path"].format(chunk_index=chunk, file_index=file))
+        path = _file(root, info, "data_path", where, chunk_index=chunk, file_index=file)
         if path not in data_cache:
             data_cache.clear()  # one data file in memory at a time
-            try:
-                data_cache[path] = pq.read_table(path)
-            except (OSError, ValueError) as e:
-                raise LoaderError(f"{where}: cannot read {path}: {e}") from e
-        return data_cache[path]
+            data_cache[path] = _read_parquet(path, where, os.path.relpath(path, root))
+        return path, data_cache[path]
 
     def start(row, pool):
         """Reads the episode's table rows here, submits its decodes to the
@@ -206,34 +357,38 @@ def load_lerobot(
         e = row["episode_index"]
         here = f"{where}, episode {e}"
         n = row["length"]
-        out = {"episode_index": e, "length": n, "task": (row.get("tasks") or [""])[0]}
+        out = {"episode_index": e, "length": n, "task": (row["tasks"] or [""])[0]}
         jobs = {}
         table_keys = [k for k in keys if k not in videos]
         if table_keys:
-            table = data_table(row["data/chunk_index"], row["data/file_index"])
-            first = table.column("index")[0].as_py()
-            rows = table.slice(row["dataset_from_index"] - first, n)
-            if rows.num_rows != n:
-                raise LoaderError(f"{here}: the data file holds {rows.num_rows} of its {n} rows")
-            times = _ns(rows.column("timestamp").to_numpy(), f"{here}, column 'timestamp'")
+            path, table = data_table(row["data/chunk_index"], row["data/file_index"])
+            name = os.path.relpath(path, root)
+            types = {"index": "int", "episode_index": "int", "frame_index": "int"}
+            types.update({"timestamp": "number", **dict.fromkeys(table_keys, "any")})
+            _columns_as(table, types, name, here)
+            rows, times = _episode_rows(table, row, f"{here}, {name}")
             for key in table_keys:
                 feature = features[key]
                 if feature["dtype"] == "image":
-                    cells = rows.column(key).to_pylist()
+                    with reading(here, f"column {key!r}"):
+                        cells = rows.column(key).to_pylist()
                     job = pool.submit(
                         _decode_images, cells, _image_shape(feature), root, f"{here}, key {key!r}"
                     )
                     jobs[key] = (None, job, times)
                 else:
-                    out[key] = (_column(rows, key, n, tuple(feature["shape"]), here), times)
+                    with reading(here, f"column {key!r}"):
+                        values = _column(rows, key, n, tuple(feature["shape"]), here)
+                    out[key] = (values, times)
         for key in videos:
-            path = os.path.join(
+            path = _file(
                 root,
-                info["video_path"].format(
-                    video_key=key,
-                    chunk_index=row[f"videos/{key}/chunk_index"],
-                    file_index=row[f"videos/{key}/file_index"],
-                ),
+                info,
+                "video_path",
+                here,
+                video_key=key,
+                chunk_index=row[f"videos/{key}/chunk_index"],
+                file_index=row[f"videos/{key}/file_index"],
             )
             begin, end = row[f"videos/{key}/from_timestamp"], row[f"videos/{key}/to_timestamp"]
             job = pool.submit(_decode_segment, path, begin, end, f"{here}, key {key!r}")
@@ -265,5 +420,9 @@ def load_lerobot(
             total=len(episodes),
             device=device,
         )
+    except ValueError as e:  # the store's: a dtype or shape that differs between episodes
+        if isinstance(e, LoaderError):
+            raise
+        raise LoaderError(f"{where}: {e}") from e
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

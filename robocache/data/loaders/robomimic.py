@@ -7,22 +7,27 @@ import json
 import re
 
 from ..store import EpisodeStore
-from ._common import LoaderError, frame_times, skipping
+from ._common import LoaderError, frame_times, reading, skipping
 
 __all__ = ["load_robomimic"]
 
 
-def _datasets(group, prefix=""):
-    """Paths of every dataset under a demo group, in file order."""
+def _datasets(group, where, prefix=""):
+    """Paths of every dataset under a demo group, in file order. An object
+    h5py cannot open is an error (``group.items()`` would give None for it,
+    and the key would be dropped)."""
     import h5py
 
     out = []
-    for name, item in group.items():
+    for name in group:
         path = f"{prefix}{name}"
+        item = group[name]
         if isinstance(item, h5py.Dataset):
             out.append(path)
         elif isinstance(item, h5py.Group):
-            out += _datasets(item, path + "/")
+            out += _datasets(item, where, path + "/")
+        else:
+            raise LoaderError(f"{where}: {path} is neither a dataset nor a group")
     return out
 
 
@@ -51,59 +56,89 @@ def load_robomimic(
     ``demo_N``. Each demo is read whole, one at a time. The environment's
     description, ``data.attrs["env_args"]`` (JSON), is ``store.info["env_args"]``
     (a dict; the raw string where it is not JSON).
+
+    Any h5py error (a truncated file, a damaged group, object header or
+    chunk) is a LoaderError naming the file, the demo and the key; so is an
+    object h5py cannot open, which a walk of the group would skip. HDF5
+    verifies a dataset's fletcher32 checksum, where it has one, as it reads.
+    What that leaves unchecked depends on the writer: robomimic's files (h5py's
+    defaults: the oldest file format, no filters) carry no checksum at all, so
+    a changed byte in a dataset's values reads as a changed value. Files
+    written with ``libver="latest"`` and ``fletcher32=True`` have their
+    metadata and every chunk checked, all but the global heap (variable-length
+    strings such as ``env_args``), where HDF5 may even loop forever on a
+    damaged object size (HDFGroup/hdf5#1707). The checks cost nothing
+    measurable; fletcher32 itself is HDF5's cost, paid on read.
     """
     import h5py
 
     where = f"load_robomimic({path})"
     try:
         f = h5py.File(path, "r")
-    except OSError as e:
-        raise LoaderError(f"{where}: cannot open the file: {e}") from e
+    except Exception as e:  # OSError mostly; h5py raises others for some damage
+        raise LoaderError(f"{where}: cannot open the file: {type(e).__name__}: {e}") from e
     with f:
-        if "data" not in f:
-            raise LoaderError(f"{where}: no 'data' group (not a robomimic file)")
-        data = f["data"]
-        names = sorted((n for n in data if _demo_number(n) is not None), key=_demo_number)
+        with reading(where, "the list of demos"):
+            if "data" not in f:
+                raise LoaderError(f"{where}: no 'data' group (not a robomimic file)")
+            data = f["data"]
+            names = sorted((n for n in data if _demo_number(n) is not None), key=_demo_number)
         if filter_key is not None:
-            if f"mask/{filter_key}" not in f:
-                masks = sorted(f["mask"]) if "mask" in f else []
-                raise LoaderError(f"{where}: no mask/{filter_key}; the masks are {masks}")
-            wanted = {
-                n.decode() if isinstance(n, bytes) else str(n) for n in f[f"mask/{filter_key}"][()]
-            }
+            with reading(where, f"mask/{filter_key}"):
+                if f"mask/{filter_key}" not in f:
+                    masks = sorted(f["mask"]) if "mask" in f else []
+                    raise LoaderError(f"{where}: no mask/{filter_key}; the masks are {masks}")
+                wanted = {
+                    n.decode() if isinstance(n, bytes) else str(n)
+                    for n in f[f"mask/{filter_key}"][()]
+                }
             names = [n for n in names if n in wanted]
         if not names:
             raise LoaderError(f"{where}: no demos to load")
-        keys = list(keys) if keys is not None else _datasets(data[names[0]])
+        if keys is None:
+            with reading(where, f"the datasets of {names[0]}"):
+                keys = _datasets(data[names[0]], f"{where}, {names[0]}")
+        keys = list(keys)
 
         def demo(name):
-            group = data[name]
             here = f"{where}, {name}"
-            n = group.attrs.get("num_samples")
+            with reading(here, "the group and its num_samples"):
+                group = data[name]
+                n = group.attrs.get("num_samples")
+                n = None if n is None else int(n)
             episode = {"episode_index": _demo_number(name)}
             for key in keys:
-                if key not in group:
-                    raise LoaderError(f"{here}: no key {key!r}")
-                try:
-                    values = group[key][()]
-                except OSError as e:
-                    raise LoaderError(
-                        f"{here}, key {key!r}: cannot be read (truncated?): {e}"
-                    ) from e
+                with reading(here, f"key {key!r}"):
+                    if key not in group:
+                        raise LoaderError(f"{here}: no key {key!r}")
+                    dataset = group[key]
+                    shape = dataset.shape
+                rows = shape[0] if shape else 0
                 if n is None:
-                    n = values.shape[0]
-                if values.ndim == 0 or values.shape[0] != n:
+                    n = rows
+                if not shape or rows != n:  # before the read: a damaged shape can be huge
+                    raise LoaderError(f"{here}, key {key!r}: {rows} rows, but num_samples is {n}")
+                try:
+                    # HDF5 verifies a dataset's fletcher32 checksums as it reads;
+                    # a mismatch is "filter returned failure during read".
+                    values = dataset[()]
+                except MemoryError:
+                    raise
+                except Exception as e:  # h5py's types vary with the damage
+                    with reading(here, f"key {key!r}"):
+                        checked = " (fletcher32)" if dataset.fletcher32 else ""
                     raise LoaderError(
-                        f"{here}, key {key!r}: {values.shape[0] if values.ndim else 0} rows, but num_samples is {n}"
-                    )
+                        f"{here}: cannot read key {key!r}{checked}: {type(e).__name__}: {e}"
+                    ) from e
                 episode[key] = (values, frame_times(n, fps, where))
-            episode["length"] = int(n)
+            episode["length"] = n
             return episode
 
         episodes = skipping(((n, lambda n=n: demo(n)) for n in names), skip_bad, where)
         info = {}
-        if "env_args" in data.attrs:
-            info["env_args"] = _env_args(data.attrs["env_args"])
+        with reading(where, "data's env_args attribute"):
+            if "env_args" in data.attrs:
+                info["env_args"] = _env_args(data.attrs["env_args"])
         try:
             return EpisodeStore.from_episodes(
                 episodes,

@@ -27,6 +27,7 @@ import torch
 from rosbags.rosbag2 import StoragePlugin
 
 from robocache.data import (
+    EpisodeStore,
     load_bag,
     load_calvin,
     load_lerobot,
@@ -84,6 +85,24 @@ def row(name, detail, seconds, store, frames=None):
     }
 
 
+def store_load_costs(store, folder, device):
+    """What EpisodeStore.load's checks cost on a saved store: the median
+    seconds of a load with each of (check, verify) on and off, the store
+    moved to ``device`` (where the times' order is checked)."""
+    store.save(folder)
+    out = {}
+    for check, verify in ((False, False), (True, False), (False, True), (True, True)):
+
+        def load():
+            loaded = EpisodeStore.load(folder, device=device, check=check, verify=verify)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            return loaded
+
+        out[f"check={check}, verify={verify}"] = median_seconds(load)[0]
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m benchmark.ingest",
@@ -97,6 +116,11 @@ def main(argv=None):
     parser.add_argument("--per-sample", type=int, default=200, help="frames decoded one by one")
     parser.add_argument("--small", action="store_true", help="a small run (a smoke test)")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="where EpisodeStore.load's costs are measured (default: a GPU if present)",
+    )
     args = parser.parse_args(argv)
     if args.small:
         args.episodes, args.frames, args.size, args.per_sample = 4, 20, 64, 10
@@ -165,6 +189,9 @@ def main(argv=None):
         detail = "ROS 2 mcap: joints 500 Hz, wrench 1 kHz, camera 30 Hz"
         rows.append(row("ROS 2 bag", detail, seconds, store, messages))
 
+        lerobot = load_lerobot(tmp / "lerobot-AV1", progress=False)
+        costs = store_load_costs(lerobot, tmp / "store", torch.device(args.device))
+
     print(f"{'format':22s} {'data':52s} {'frames':>8s} {'MB':>8s} {'s':>7s} {'frames/s':>10s}")
     for r in rows:
         print(
@@ -176,7 +203,13 @@ def main(argv=None):
                 f"{'':22s} {'  the same video, one frame per decode':52s} {'':8s} {'':8s} "
                 f"{'':7s} {r['per_sample_decode_frames_per_s']:10.0f}"
             )
+    print(
+        f"\nEpisodeStore.load of the LeRobot AV1 store ({lerobot.nbytes / 1e6:.1f} MB) to {args.device}:"
+    )
+    for name, seconds in costs.items():
+        print(f"  {name:28s} {seconds * 1e3:9.1f} ms")
     meta = {"torch": torch.__version__, "cpus": os.cpu_count(), "episodes": E, "frames": n}
+    meta["store_load_s"] = costs
     print(f"\ntorch {meta['torch']}, {meta['cpus']} CPUs")
     if args.json:
         with open(args.json, "w") as f:

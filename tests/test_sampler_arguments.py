@@ -185,3 +185,10 @@ def test_iterating_inside_a_dataloader_worker_raises():
     loader = torch.utils.data.DataLoader(Batches(), batch_size=None, num_workers=1)
     with pytest.raises(RuntimeError, match="inside a DataLoader worker, where every worker"):
         next(iter(loader))
+
+
+@pytest.mark.parametrize("entry, value", [("episode_index", "x"), ("length", -1), ("length", 2.5)])
+def test_episode_metadata_must_be_ints(entry, value):
+    episode = {"x": (torch.zeros(3), torch.arange(3)), entry: value}
+    with pytest.raises(TypeError, match=rf"episode 0: {entry} must be an int >= 0; got"):
+        EpisodeStore.from_episodes([episode], progress=False)

@@ -25,7 +25,7 @@ from ._common import (
     stack_streams,
 )
 from ._images import decode_image
-from .mcap_logs import mapped, verify_mcap, warn_unprotected
+from ._mcap_crc import mapped, verify_mcap, warn_unprotected
 
 __all__ = ["load_bag"]
 

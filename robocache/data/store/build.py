@@ -1,6 +1,7 @@
 """Packing episodes into a store in one streaming pass, with statistics."""
 
 import math
+import numbers
 import warnings
 
 import numpy as np
@@ -103,6 +104,11 @@ class Builder:
         task = episode.get("task", "")
         if not isinstance(task, str):
             raise TypeError(f"EpisodeStore: episode {e}: task must be a str; got {task!r}")
+        for name, value in (("episode_index", index), ("length", length)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise TypeError(
+                    f"EpisodeStore: episode {e}: {name} must be an int >= 0; got {value!r}"
+                )
         self.episode_index.append(int(index))
         self.lengths.append(int(length))
         self.task_index.append(self.tasks.setdefault(task, len(self.tasks)))

@@ -11,7 +11,7 @@ trains the policy under DistributedDataParallel with batches of
 --batch-size, and only the robocache pipeline runs; rank 0 reports every
 rank's step time and loader efficiency, and the samples/s of all ranks.
 
-Data (--dataset mcap: the multi-rate robot logs of e2e_mcap.py instead): a
+Data (--dataset mcap: the multi-rate robot logs of e2e_loaders.py instead): a
 LeRobot v3 dataset written first by the tests' writer (pyarrow and
 PyAV, encoded as LeRobot encodes): 200 episodes, two 96x96 cameras, a 14-dim
 state and a 7-dim action at 10 Hz. Windows: 2 steps of each camera and of

@@ -22,9 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import av
 import torch
-from rosbags.rosbag2 import StoragePlugin
 
 from robocache.data import (
     EpisodeStore,
@@ -35,13 +33,6 @@ from robocache.data import (
     load_robomimic,
     load_zarr,
 )
-from tests.fixtures.bags import TOPICS, write_bag
-from tests.fixtures.calvin import write_calvin
-from tests.fixtures.lerobot import FPS as LEROBOT_FPS
-from tests.fixtures.lerobot import write_lerobot
-from tests.fixtures.rlds import write_rlds
-from tests.fixtures.robomimic import write_robomimic
-from tests.fixtures.zarr import write_replay_buffer
 
 
 def median_seconds(load, repeats=3):
@@ -56,6 +47,8 @@ def median_seconds(load, repeats=3):
 def per_sample_decode_seconds(path, frame_times, count, seed=0):
     """Seconds a frame when each frame is fetched on its own: open, seek to
     the keyframe before it, decode forward to it."""
+    import av
+
     chosen = random.Random(seed).sample(frame_times, min(count, len(frame_times)))
     start = time.perf_counter()
     for t in chosen:
@@ -122,6 +115,17 @@ def main(argv=None):
         help="where EpisodeStore.load's costs are measured (default: a GPU if present)",
     )
     args = parser.parse_args(argv)
+    # The fixtures' writers need every format's library (pip install robocache[all]).
+    from rosbags.rosbag2 import StoragePlugin
+
+    from tests.fixtures.bags import TOPICS, write_bag
+    from tests.fixtures.calvin import write_calvin
+    from tests.fixtures.lerobot import FPS as LEROBOT_FPS
+    from tests.fixtures.lerobot import write_lerobot
+    from tests.fixtures.rlds import write_rlds
+    from tests.fixtures.robomimic import write_robomimic
+    from tests.fixtures.zarr import write_replay_buffer
+
     if args.small:
         args.episodes, args.frames, args.size, args.per_sample = 4, 20, 64, 10
     E, n = args.episodes, args.frames

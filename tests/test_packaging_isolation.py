@@ -102,7 +102,9 @@ BUILT = shutil.ignore_patterns(".git", ".venv*", "build", "dist", "dist-cuda", "
 
 @pytest.mark.slow  # pip fetches setuptools, wheel and ninja into the isolated environment
 def test_an_sdist_builds_in_isolation(tmp_path):
-    pytest.importorskip("build", reason="python -m build is not installed here (pip install build)")
+    pytest.importorskip(
+        "build.__main__", reason="python -m build is not installed here (pip install build)"
+    )
     source = tmp_path / "source"
     shutil.copytree(ROOT, source, ignore=BUILT)
     r = subprocess.run(

@@ -4,8 +4,6 @@ and one on the host for the keys whose values are mapped from the store's
 file or in ordinary host memory. Each call has its own copy of the anchor
 stream's times and offsets and of the anchor rows' tables."""
 
-import functools
-
 import torch
 
 from ..._ops import OPS
@@ -19,30 +17,24 @@ class WindowCalls:
         groups = {}
         for k, plan in enumerate(plans):
             groups.setdefault(store[plan.key].times.device, []).append(k)
-        self.order = [k for ks in groups.values() for k in ks]
         self.calls = []
+        anchor_stream = store[anchor]
         for device, ks in groups.items():
             streams = [store[plans[k].key] for k in ks]
-            anchor_stream = store[anchor]
-            self.calls.append(
-                (
-                    device,
-                    functools.partial(
-                        OPS.anchor_windows,
-                        values=[s.values for s in streams],
-                        times=[s.times for s in streams],
-                        offsets=[s.offsets for s in streams],
-                        deltas=[plans[k].deltas.to(device) for k in ks],
-                        anchor_offsets=anchor_stream.offsets.to(device),
-                        anchor_times=anchor_stream.times.to(device),
-                        anchor_rows=[t.to(device) for t in row_tables.values()],
-                        modes=",".join(plans[k].mode for k in ks),
-                        intervals=[plans[k].interval for k in ks],
-                        tolerances=[plans[k].tolerance for k in ks],
-                        edge_tolerance=edge_tolerance,
-                    ),
-                )
+            arguments = dict(
+                values=[s.values for s in streams],
+                times=[s.times for s in streams],
+                offsets=[s.offsets for s in streams],
+                deltas=[plans[k].deltas.to(device) for k in ks],
+                anchor_offsets=anchor_stream.offsets.to(device),
+                anchor_times=anchor_stream.times.to(device),
+                anchor_rows=[t.to(device) for t in row_tables.values()],
+                modes=",".join(plans[k].mode for k in ks),
+                intervals=[plans[k].interval for k in ks],
+                tolerances=[plans[k].tolerance for k in ks],
+                edge_tolerance=edge_tolerance,
             )
+            self.calls.append((device, ks, arguments))
         self.devices = list(groups)
         self.plans = plans
 
@@ -51,23 +43,30 @@ class WindowCalls:
         """Whether any key's windows are cut on the host."""
         return any(d.type == "cpu" for d in self.devices)
 
-    def __call__(self, index):
-        outs, pads, ages = (
-            [None] * len(self.plans),
-            [None] * len(self.plans),
-            [None] * len(self.plans),
-        )
-        rows = None
-        position = 0
-        for device, call in self.calls:
+    def __call__(self, index, substitutes=None):
+        """The windows of the batch anchored at ``index``; ``substitutes``:
+        key position -> (values, times, offsets) cut in place of that key's
+        stream (a mapped key's rows read ahead, as a stream of their own)."""
+        K = len(self.plans)
+        outs, pads, ages, rows = [None] * K, [None] * K, [None] * K, None
+        for device, ks, arguments in self.calls:
             here = index if index.device == device else index.to(device, non_blocking=True)
-            o, p, a, _, r = call(index=here)
+            if substitutes and any(k in substitutes for k in ks):
+                arguments = dict(arguments)
+                for name, part in (("values", 0), ("times", 1), ("offsets", 2)):
+                    arguments[name] = [
+                        substitutes[k][part] if k in substitutes else t
+                        for k, t in zip(ks, arguments[name])
+                    ]
+            o, p, a, _, r = OPS.anchor_windows(index=here, **arguments)
             rows = r if rows is None else rows
-            for j in range(len(o)):
-                k = self.order[position + j]
+            for j, k in enumerate(ks):
                 outs[k], pads[k], ages[k] = o[j], p[j], a[j]
-            position += len(o)
         return outs, pads, ages, rows
+
+    def arguments_of(self, k):
+        """The call arguments of the group that holds key position k."""
+        return next(arguments for _, ks, arguments in self.calls if k in ks)
 
     def check(self, index_device):
         """Every check of the operator, once, on an empty batch."""

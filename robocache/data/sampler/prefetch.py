@@ -7,7 +7,7 @@ import torch
 
 
 def prefetched(make_batch, indices, cuda_stream, depth):
-    """Yields ``make_batch(index)`` for each index, each made ``depth``
+    """Yields ``make_batch(item)`` for each of ``indices``, each made ``depth``
     batches ahead on ``cuda_stream``. A batch handed out is ready on the
     caller's current stream (it waits on the batch's event, on the GPU), and
     its tensors are marked as used there, so that their memory is not given

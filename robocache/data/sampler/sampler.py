@@ -15,6 +15,7 @@ from . import order, plan, transform
 from .calls import WindowCalls
 from .graphs import COUNTS_REFERENCES, BatchGraphs
 from .prefetch import prefetched
+from .readahead import MappedKey, ReadAhead
 
 __all__ = ["WindowSampler"]
 
@@ -86,6 +87,10 @@ class WindowSampler:
             size, past which a batch is cut without a graph.
         graph_buffers: the graphs a batch size starts with (default: 2 more
             than ``prefetch``).
+        read_ahead: batches whose mapped keys an iteration reads ahead from
+            the store's file, on threads of its own (default 2; 0: each
+            batch's rows are read from the mapping when it is cut). Only
+            the rows the windows read are read, in runs, several at a time.
         prefetch: batches an iteration prepares ahead, on a CUDA stream of
             the sampler's own, while the caller's step runs (default 1; 0:
             each batch on the caller's stream when asked for). Events order
@@ -126,6 +131,7 @@ class WindowSampler:
         cuda_graph=None,
         graph_buffers=None,
         prefetch=1,
+        read_ahead=2,
     ):
         self.store = store
         self.rank, self.world_size = order.resolve_ranks(rank, world_size, store)
@@ -222,6 +228,15 @@ class WindowSampler:
         self.prefetch = prefetch if on_gpu else 0
         self._cuda_stream = torch.cuda.Stream(self.device) if self.prefetch else None
         self._graphs = self._make_graphs(cuda_graph, graph_buffers, on_gpu)
+        if isinstance(read_ahead, bool) or not isinstance(read_ahead, int) or read_ahead < 0:
+            raise ValueError(f"{_WHERE}: read_ahead must be an int >= 0; got {read_ahead!r}")
+        self.read_ahead = read_ahead
+        self._mapped = [
+            MappedKey(k, p, store[p.key], store.mapped_rows[p.key])
+            for k, p in enumerate(self.plans)
+            if store.mapped_rows.get(p.key) is not None and store[p.key].times.device.type == "cpu"
+        ]
+        self._edge = edge
 
     def _make_graphs(self, cuda_graph, graph_buffers, on_gpu):
         if cuda_graph is not None and not isinstance(cuda_graph, bool):
@@ -294,11 +309,28 @@ class WindowSampler:
             self._anchors, self._per_rank, self.rank, self.world_size, sharded, generator
         )
         parts = [anchors[i * self.batch_size : (i + 1) * self.batch_size] for i in range(len(self))]
-        if not self.prefetch:
-            for index in parts:
-                yield self.batch_at(index)
-            return
-        yield from prefetched(self.batch_at, parts, self._cuda_stream, self.prefetch)
+        reader = None
+        if self._mapped and self.read_ahead:
+            host = self._windows.arguments_of(self._mapped[0].position)
+            anchor = (host["anchor_offsets"], host["anchor_times"])
+            reader = ReadAhead(self._mapped, anchor, self._edge, parts, self.read_ahead)
+        items = list(enumerate(parts))
+
+        def make_batch(item):
+            i, index = item
+            if reader is None:
+                return self.batch_at(index)
+            return self._batch(order.anchor_index(index, self._anchors.device), reader.get(i))
+
+        try:
+            if not self.prefetch:
+                for item in items:
+                    yield make_batch(item)
+            else:
+                yield from prefetched(make_batch, items, self._cuda_stream, self.prefetch)
+        finally:
+            if reader is not None:
+                reader.close()
 
     # -- one batch -------------------------------------------------------------------
 
@@ -310,11 +342,11 @@ class WindowSampler:
             return self._graphs(index)
         return self._batch(index)
 
-    def _batch(self, index):
+    def _batch(self, index, substitutes=None):
         # The store's tensors never need gradients: the op runs below autograd
         # (no autograd bookkeeping a call; the batch's tensors are ordinary).
         with torch._C._AutoDispatchBelowAutograd():
-            outs, pads, ages, rows = self._windows(index)
+            outs, pads, ages, rows = self._windows(index, substitutes)
             return transform.assemble(
                 self.plans, outs, pads, ages, index, self._row_tables, rows, self.device,
                 self.key_age,

@@ -17,6 +17,7 @@ from safetensors.torch import load, load_file, save_file
 
 from ..errors import LoaderError
 from .packed import PackedStream
+from .prefetch import MappedRows, tensor_extents
 from .shards import shard_ranges
 from .validate import check_structure, episode_crc32, tensor_crc32, verify_checksums
 
@@ -115,6 +116,17 @@ def read(directory, mmap=True, verify=True, shard=None):
     if verify:
         _verify(tensors, meta, streams, episodes, shard, where)
     return streams, episodes, tasks, fps, info
+
+
+def mapped_rows(directory, keys):
+    """key -> MappedRows: where each stream's values lie in the store file."""
+    path = os.path.join(directory, FILE)
+    extents = tensor_extents(path)
+    out = {}
+    for i, key in enumerate(keys):
+        dtype, shape, begin, _ = extents[f"streams/{i}/values"]
+        out[key] = MappedRows(path, begin, shape[0], dtype, tuple(shape[1:]))
+    return out
 
 
 def _json(meta, name, where):

@@ -38,6 +38,8 @@ class EpisodeStore:
         placement: key -> where its values live: ``"cuda"``, ``"pinned"``,
             ``"mapped"`` or ``"cpu"`` (``place``).
         mapped: the keys whose values map the store's file (``load``).
+        mapped_rows: key -> where a mapped key's values lie in that file
+            (``prefetch.MappedRows``), for reads ahead of the sampler.
     """
 
     def __init__(self, streams, episodes, tasks, fps=None, shard=None, info=None, mapped=()):
@@ -49,7 +51,9 @@ class EpisodeStore:
         self.fps = None if fps is None else float(fps)
         self.shard = shard
         self.info = dict(info or {})
-        self.mapped = frozenset(mapped) & set(self.streams)
+        mapped = mapped if isinstance(mapped, dict) else dict.fromkeys(mapped)
+        self.mapped_rows = {k: v for k, v in mapped.items() if k in self.streams}
+        self.mapped = frozenset(self.mapped_rows)
         E = self.num_episodes
         for key, s in self.streams.items():
             if s.offsets.shape != (E + 1,):
@@ -216,7 +220,7 @@ class EpisodeStore:
         on_gpu = any(p in ("cuda", "pinned") for p in plan.values())
         index_device = torch.device("cuda") if on_gpu else torch.device("cpu")
         episodes = {k: v.to(index_device) for k, v in self.episodes.items()}
-        mapped = [k for k, p in plan.items() if p == "mapped"]
+        mapped = {k: self.mapped_rows[k] for k, p in plan.items() if p == "mapped"}
         return EpisodeStore(
             streams, episodes, self.tasks, self.fps, self.shard, self.info, mapped=mapped
         )
@@ -228,8 +232,13 @@ class EpisodeStore:
         if self.shard is not None:
             raise ValueError(f"shard: the store is already rank {self.shard.rank}'s shard")
         streams, episodes, shard = shard_parts(self.streams, self.episodes, rank, world_size)
+        first, end = shard.ranges[rank]
+        mapped = {}
+        for key, rows in self.mapped_rows.items():
+            offsets = self.streams[key].offsets
+            mapped[key] = rows and rows.part(int(offsets[first]), int(offsets[end]))
         return EpisodeStore(
-            streams, episodes, self.tasks, self.fps, shard=shard, info=self.info, mapped=self.mapped
+            streams, episodes, self.tasks, self.fps, shard=shard, info=self.info, mapped=mapped
         )
 
     def save(self, directory):
@@ -286,7 +295,8 @@ class EpisodeStore:
         if device is not None and placement is not None:
             raise ValueError(f"{where}: give device or placement, not both")
         streams, episodes, tasks, fps, info = store_format.read(directory, mmap, verify, shard)
-        store = cls(streams, episodes, tasks, fps, info=info, mapped=streams if mmap else ())
+        mapped = store_format.mapped_rows(directory, list(streams)) if mmap else {}
+        store = cls(streams, episodes, tasks, fps, info=info, mapped=mapped)
         if shard is not None:
             store = store.take_shard(*shard)
         if device is not None:

@@ -1,0 +1,112 @@
+"""Mapped keys read ahead of the sampler: an epoch's order is known when it
+starts, so the rows the next batches' windows read are too. For each batch,
+a thread finds those rows (the operator itself, run on the host over row
+numbers), reads them from the store's file (``MappedRows.read``: runs of
+rows, on a few threads), and packs them as a small stream of their own with
+the same episodes: each episode holds its rows that the batch reads, its
+first and last rows, and, for each query, the rows on both sides of it, so
+that the operator finds in it exactly what it finds in the whole stream, and
+cuts the same windows from it."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from ..._ops import OPS
+from ..store.prefetch import reader_pool
+
+
+class MappedKey:
+    """What reading one mapped key ahead needs: its plan, its times and
+    offsets on the host, and where its rows lie in the file."""
+
+    def __init__(self, position, plan, stream, rows):
+        self.position, self.plan, self.rows = position, plan, rows
+        self.times, self.offsets = stream.times.cpu(), stream.offsets.cpu()
+        self.row_numbers = torch.arange(self.times.numel()).view(-1, 1)
+
+    def rows_read(self, index, anchor, edge_tolerance):
+        """The sorted rows a batch anchored at ``index`` reads from this key."""
+        plan = self.plan
+        shifts = [plan.deltas.cpu()]
+        if plan.mode == "mean":
+            shifts.append(plan.deltas.cpu() - plan.interval)
+        found = []
+        for deltas in shifts:
+            # "previous" over the row numbers: the row at or before each query
+            # (the first row for a query before it).
+            rows, _, _, episode, _ = OPS.anchor_windows(
+                [self.row_numbers], [self.times], [self.offsets], [deltas], anchor[0],
+                anchor[1], index, [], "previous", [0], [-1], edge_tolerance,
+            )  # fmt: skip
+            found.append(rows[0].view(-1))
+        episodes = episode[episode >= 0]
+        firsts, lasts = self.offsets[episodes], self.offsets[episodes + 1] - 1
+        last = lasts.repeat_interleave(len(plan.deltas))
+        held = found[0]
+        after = torch.minimum(held + 1, last.clamp(min=0))
+        picked = [held, after, firsts, lasts]  # each episode's edges decide its padding
+        if plan.mode == "mean":  # every row of (q - interval, q]
+            first = found[1]
+            span = (held - first).clamp(min=0)
+            picked.append(first.repeat_interleave(span + 1) + _ramp(span + 1))
+        rows = torch.cat(picked)
+        rows = rows[(rows >= 0) & (rows < self.times.numel())]
+        return torch.unique(rows)
+
+    def packed(self, rows, pool, pin):
+        """(values, times, offsets) of the rows, as a stream with the same episodes."""
+        values = self.rows.read(rows.numpy(), pool, pin)
+        return values, self.times[rows], torch.searchsorted(rows, self.offsets)
+
+
+def _ramp(counts):
+    """0, 1, ..., c - 1 for each count c, concatenated."""
+    starts = torch.cumsum(counts, 0) - counts
+    return torch.arange(int(counts.sum())) - starts.repeat_interleave(counts)
+
+
+class ReadAhead:
+    """Each batch's mapped keys read ``depth`` batches ahead, on a thread of
+    its own (with ``threads`` more for the reads). ``get(i)`` waits for
+    batch i's; ``close()`` stops the work, and no thread outlives it."""
+
+    def __init__(self, keys, anchor, edge_tolerance, indices, depth=2, threads=8, pin=False):
+        self.keys, self.anchor, self.edge = keys, anchor, edge_tolerance
+        self.indices, self.depth, self.pin = indices, depth, pin
+        self.pool = reader_pool(threads)
+        self.worker = ThreadPoolExecutor(max_workers=1)
+        self.futures = {}
+        self.closed = False
+        for i in range(min(depth, len(indices))):
+            self._submit(i)
+
+    def _submit(self, i):
+        self.futures[i] = self.worker.submit(self.prepare, self.indices[i])
+
+    def prepare(self, index):
+        """position -> (values, times, offsets) of every mapped key, for one batch."""
+        index = index.cpu()
+        out = {}
+        for key in self.keys:
+            rows = key.rows_read(index, self.anchor, self.edge)
+            out[key.position] = key.packed(rows, self.pool, self.pin)
+        return out
+
+    def get(self, i):
+        if i + self.depth < len(self.indices) and i + self.depth not in self.futures:
+            self._submit(i + self.depth)
+        future = self.futures.pop(i, None)
+        if future is None:
+            return self.prepare(self.indices[i])
+        return future.result()
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        for future in self.futures.values():
+            future.cancel()
+        self.worker.shutdown(wait=True, cancel_futures=True)
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)

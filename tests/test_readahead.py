@@ -1,0 +1,151 @@
+"""Mapped keys read ahead of the sampler: the windows are those of the store
+in memory, bit for bit, in every mode; the reads are the rows the windows
+use; and the reading threads end with the iteration, however it ends."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from fixtures.corrupt import truncate
+
+from robocache.data import EpisodeStore, LoaderError, WindowSampler
+from robocache.data.store.prefetch import MappedRows, reader_pool
+
+MS = 1_000_000
+
+
+def make_store(seed=0):
+    """Episodes of several lengths (one empty, one of a single frame), a
+    camera at 10 Hz and a fast stream with repeated times and a drop-out."""
+    g = torch.Generator().manual_seed(seed)
+    episodes = []
+    for e, n in enumerate((9, 1, 0, 14, 5)):
+        t = torch.arange(n) * 100 * MS
+        fast = torch.sort(torch.randint(0, max(1, n) * 100, (4 * n,), generator=g)).values * MS
+        fast[fast.numel() // 2 :] += 150 * MS  # a gap of 150 ms
+        episodes.append(
+            {
+                "cam": (torch.randint(0, 256, (n, 3, 4, 2), generator=g, dtype=torch.uint8), t),
+                "joints": (torch.randn(4 * n, 3, generator=g, dtype=torch.float64), fast),
+                "force": (torch.randn(4 * n, 2, generator=g).to(torch.bfloat16), fast),
+                "anchor": (torch.zeros(n, 1), t),
+            }
+        )
+    return EpisodeStore.from_episodes(episodes, progress=False)
+
+
+DELTAS = {
+    "cam": [-0.1, 0.0, 0.05],
+    "joints": [-0.12, 0.0, 0.03, 0.2],
+    "force": [-0.05, 0.0],
+}
+
+
+def epoch(store, modes, read_ahead, **kw):
+    sampler = WindowSampler(
+        store, DELTAS, modes=modes, anchor="anchor", batch_size=4, seed=3, key_age=True,
+        read_ahead=read_ahead, **kw,
+    )  # fmt: skip
+    return [{k: v.clone() for k, v in b.items()} for b in sampler]
+
+
+@pytest.mark.parametrize(
+    "modes",
+    [
+        {"cam": "nearest", "joints": "linear", "force": "mean"},
+        {"cam": "previous", "joints": "mean", "force": "nearest"},
+        {"cam": "nearest", "joints": "nearest", "force": "linear"},
+    ],
+)
+@pytest.mark.parametrize("tolerances", [None, {"joints": 0.04, "force": 0.02}])
+def test_windows_read_ahead_are_the_windows_in_memory(tmp_path, modes, tolerances):
+    store = make_store()
+    store.save(tmp_path)
+    mapped = EpisodeStore.load(tmp_path)
+    assert mapped.mapped == set(store.keys())
+    kw = {"tolerance_s": tolerances} if tolerances else {}
+    expected = epoch(store, modes, 0, **kw)
+    for depth in (0, 1, 3):
+        got = epoch(mapped, modes, depth, **kw)
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected):
+            assert a.keys() == b.keys()
+            for key in a:
+                assert torch.equal(a[key].view(torch.uint8) if a[key].dtype == torch.bfloat16 else a[key],
+                                   b[key].view(torch.uint8) if b[key].dtype == torch.bfloat16 else b[key]), key  # fmt: skip
+
+
+def test_a_shard_reads_its_own_rows(tmp_path):
+    store = make_store()
+    store.save(tmp_path)
+    modes = {"joints": "linear"}
+    for rank in range(2):
+        shard = EpisodeStore.load(tmp_path, shard=(rank, 2))
+        whole = store.take_shard(rank, 2)
+        assert shard.mapped_rows["cam"].rows == shard["cam"].values.shape[0]
+        got = epoch(shard, modes, 2, rank=rank, world_size=2)
+        want = epoch(whole, modes, 0, rank=rank, world_size=2)
+        for a, b in zip(got, want):
+            for key in ("cam", "joints", "cam_is_pad", "index", "frame_index"):
+                assert torch.equal(a[key], b[key]), key
+
+
+def test_the_threads_end_with_the_iteration(tmp_path):
+    store = make_store()
+    store.save(tmp_path)
+    mapped = EpisodeStore.load(tmp_path)
+    before = threading.active_count()
+    sampler = WindowSampler(mapped, DELTAS, anchor="anchor", batch_size=2, read_ahead=2)
+    for _ in sampler:  # a whole epoch
+        pass
+    assert threading.active_count() == before
+    for _ in sampler:  # a break
+        break
+    assert threading.active_count() == before
+    with pytest.raises(KeyError):  # an exception in the loop body
+        for batch in sampler:
+            batch["nothing"]
+    assert threading.active_count() == before
+
+
+def test_rows_are_read_in_runs(tmp_path):
+    values = torch.arange(40 * 6, dtype=torch.int16).view(40, 6)
+    path = tmp_path / "rows.bin"
+    header = b"x" * 13
+    path.write_bytes(header + values.numpy().tobytes())
+    rows = MappedRows(str(path), len(header), 40, torch.int16, (6,))
+    for pool in (None, reader_pool(4)):
+        picked = np.array([0, 1, 2, 7, 9, 10, 39])
+        assert torch.equal(rows.read(picked, pool), values[picked])
+        assert torch.equal(rows.part(7, 12).read(np.array([0, 3]), pool), values[[7, 10]])
+    assert rows.read(np.array([], dtype=np.int64)).shape == (0, 6)
+    with pytest.raises(IndexError):
+        rows.read(np.array([40]))
+
+
+def test_a_file_cut_after_loading_is_an_error_naming_it(tmp_path):
+    values = torch.arange(40 * 6, dtype=torch.int16).view(40, 6)
+    path = tmp_path / "rows.bin"
+    path.write_bytes(values.numpy().tobytes())
+    rows = MappedRows(str(path), 0, 40, torch.int16, (6,))
+    truncate(str(path), 0.5)
+    assert torch.equal(rows.read(np.array([0, 19])), values[[0, 19]])
+    with pytest.raises(LoaderError, match=r"rows.bin: the file ends inside a stream's values"):
+        rows.read(np.array([3, 25]))
+
+
+def test_a_batch_reads_only_rows_near_its_windows(tmp_path):
+    store = make_store()
+    store.save(tmp_path)
+    mapped = EpisodeStore.load(tmp_path)
+    sampler = WindowSampler(mapped, DELTAS, modes={"joints": "linear"}, anchor="anchor")
+    key = next(k for k in sampler._mapped if k.plan.key == "joints")
+    host = sampler._windows.arguments_of(key.position)
+    anchor = (host["anchor_offsets"], host["anchor_times"])
+    rows = key.rows_read(torch.tensor([3]), anchor, sampler._edge)  # one window, episode 0
+    n = int(store["joints"].offsets[1])  # episode 0's rows
+    assert 0 < rows.numel() < n and int(rows.max()) < n
+    values, times, offsets = key.packed(rows, None, False)
+    assert torch.equal(values, store["joints"].values[rows])
+    assert offsets[0] == 0 and offsets[1] == rows.numel() and offsets[-1] == rows.numel()

@@ -8,6 +8,7 @@ checkout's root as ``python -m benchmark.<script> --help``:
   e2e_loaders.py, its policies in e2e_policies.py, its measurement in
   e2e_measure.py).
 
-The datasets they write come from the tests' fixtures (``tests.fixtures``).
+The datasets they write come from the tests' writers (``tests/fixtures/``,
+imported by writers.py).
 ``python -m robocache.bench`` is the operators' benchmark, part of the package.
 """

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmark.writers import writers
 from robocache.data import load_lerobot, load_mcap
 
 FPS = 10  # the LeRobot dataset's rate
@@ -138,10 +139,8 @@ def build_store(args, root, say):
     (store, seconds the load took)."""
     if args.dataset == "lerobot":
         if not (root / "meta/info.json").exists():
-            from tests.fixtures.lerobot import write_lerobot
-
             say(f"writing the LeRobot dataset {root} ...")
-            write_lerobot(
+            writers("lerobot").write_lerobot(
                 root,
                 lengths=(args.frames,) * args.episodes,
                 codec="libsvtav1" if args.codec == "av1" else "libx264",
@@ -154,10 +153,10 @@ def build_store(args, root, say):
     else:
         paths = sorted(root.glob("*.mcap"))
         if len(paths) != args.episodes:
-            from tests.fixtures.mcap import write_robot_logs
-
             say(f"writing {args.episodes} MCAP logs in {root} ...")
-            paths = write_robot_logs(root, args.episodes, args.frames / FPS, args.size, LOG_RATES)
+            paths = writers("mcap").write_robot_logs(
+                root, args.episodes, args.frames / FPS, args.size, LOG_RATES
+            )
         load = lambda: load_mcap(paths, LOG_TOPICS, progress=False)  # noqa: E731
     say("loading it into a store ...")
     start = time.perf_counter()

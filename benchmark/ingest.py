@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from benchmark.writers import writers
 from robocache.data import (
     EpisodeStore,
     load_bag,
@@ -118,13 +119,12 @@ def main(argv=None):
     # The fixtures' writers need every format's library (pip install robocache[all]).
     from rosbags.rosbag2 import StoragePlugin
 
-    from tests.fixtures.bags import TOPICS, write_bag
-    from tests.fixtures.calvin import write_calvin
-    from tests.fixtures.lerobot import FPS as LEROBOT_FPS
-    from tests.fixtures.lerobot import write_lerobot
-    from tests.fixtures.rlds import write_rlds
-    from tests.fixtures.robomimic import write_robomimic
-    from tests.fixtures.zarr import write_replay_buffer
+    TOPICS, write_bag = writers("bags").TOPICS, writers("bags").write_bag
+    write_calvin = writers("calvin").write_calvin
+    LEROBOT_FPS, write_lerobot = writers("lerobot").FPS, writers("lerobot").write_lerobot
+    write_rlds = writers("rlds").write_rlds
+    write_robomimic = writers("robomimic").write_robomimic
+    write_replay_buffer = writers("zarr").write_replay_buffer
 
     if args.small:
         args.episodes, args.frames, args.size, args.per_sample = 4, 20, 64, 10

@@ -105,7 +105,8 @@ def test_fletcher32_is_verified(tmp_path):
         chunk = dataset.id.get_chunk_info(0).byte_offset
     flip(path, chunk + 5, 3)
     with pytest.raises(
-        LoaderError, match=r"demo_10: cannot read key .actions. \(fletcher32\): OSError: .*filter"
+        LoaderError,
+        match=r"demo_10: cannot read key .actions. \(fletcher32\): OSError: .*(filter|Fletcher32)",
     ):
         load(path)
     with pytest.warns(UserWarning, match="skipped 1 bad episode"):

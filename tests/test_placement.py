@@ -79,6 +79,38 @@ def test_load_takes_a_placement(tmp_path):
         EpisodeStore.load(tmp_path, device="cpu", placement="cpu")
 
 
+def _tensors_of(stream):
+    return {
+        "values": stream.values,
+        "times": stream.times,
+        "offsets": stream.offsets,
+    } | stream.stats
+
+
+def _file_bytes_held(stream):
+    return stream.values.untyped_storage().nbytes()
+
+
+def test_cpu_places_and_unmapped_loads_hold_only_their_own_bytes(tmp_path):
+    """``"cpu"`` (and ``load(mmap=False)``) reads values into memory: a
+    shard's tensors hold its own rows, not views of the whole file."""
+    store = make_store()
+    store.save(tmp_path)
+    key = "observation.images.top"
+    placed = EpisodeStore.load(tmp_path).place({key: "cpu"})
+    assert placed.placement[key] == "cpu" and key not in placed.mapped
+    assert _file_bytes_held(placed[key]) == placed[key].values.nbytes
+    whole = os.path.getsize(tmp_path / "store.safetensors")
+    for rank in range(2):
+        shard = EpisodeStore.load(tmp_path, mmap=False, shard=(rank, 2))
+        assert set(shard.placement.values()) == {"cpu"} and not shard.mapped
+        assert _file_bytes_held(shard[key]) == shard[key].values.nbytes < whole
+        mapped_shard = EpisodeStore.load(tmp_path, shard=(rank, 2))
+        assert_same([shard.episodes], [mapped_shard.episodes])
+        for k, s in shard.streams.items():
+            assert_same([_tensors_of(s)], [_tensors_of(mapped_shard[k])])
+
+
 def test_placement_errors_name_the_key_and_the_way_out():
     store = make_store()
     with pytest.raises(ValueError, match=r"the pattern 'cam\*' matches no key; the keys are"):

@@ -13,7 +13,7 @@ import warnings
 import zlib
 
 from safetensors import safe_open
-from safetensors.torch import load, load_file, save_file
+from safetensors.torch import load_file, save_file
 
 from ..errors import LoaderError
 from .packed import PackedStream
@@ -79,23 +79,19 @@ def write(directory, streams, episodes, tasks, fps, info):
     os.replace(path + ".tmp", path)
 
 
-def read(directory, mmap=True, verify=True, shard=None):
+def read(directory, verify=True, shard=None):
     """(streams, episodes, tasks, fps, info) of a store written by ``write``.
 
-    With ``mmap`` the tensors map the file (nothing is read until used). The
-    structure is always checked; with ``verify`` the checksums too (every
-    byte is read once; with ``shard=(rank, world_size)`` only the rank's
-    episodes' values)."""
+    The tensors map the file (nothing is read until used). The structure is
+    always checked; with ``verify`` the checksums too (every byte is read
+    once; with ``shard=(rank, world_size)`` only the rank's episodes'
+    values)."""
     path = os.path.join(directory, FILE)
     where = f"EpisodeStore.load({path})"
     if not os.path.isfile(path):
         raise FileNotFoundError(f"EpisodeStore.load: no {FILE} in {directory}")
     try:
-        if mmap:
-            tensors = load_file(path)
-        else:
-            with open(path, "rb") as f:
-                tensors = load(f.read())
+        tensors = load_file(path)
         with safe_open(path, framework="pt") as f:
             meta = f.metadata() or {}
     except Exception as e:  # safetensors' own error type, or the OS's

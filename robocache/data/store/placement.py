@@ -127,9 +127,9 @@ def auto(streams, mappable, budget):
     return plan
 
 
-def place_stream(stream, place):
+def place_stream(stream, place, read=False):
     """The stream where ``place`` says (a new PackedStream; tensors already
-    there are not copied)."""
+    there are not copied, but ``read`` copies mapped values into memory)."""
     cuda = torch.device("cuda") if place in ("cuda", "pinned") else None
     host = torch.device("cpu")
     index_device = cuda if cuda is not None else host
@@ -144,6 +144,6 @@ def place_stream(stream, place):
     elif place == "mapped":
         values = stream.values  # the mapping itself
     else:
-        values = stream.values.to(host)
+        values = stream.values.clone() if read else stream.values.to(host)
     stats = {k: index(v) for k, v in stream.stats.items()}
     return PackedStream(values, index(stream.times), index(stream.offsets), stats)

@@ -216,7 +216,10 @@ class EpisodeStore:
         mappable = {k: k in self.mapped for k in self.streams}
         current = self.placement
         plan = resolve(placement, self.streams, current, mappable, budget)
-        streams = {k: place_stream(s, plan[k]) for k, s in self.streams.items()}
+        streams = {
+            k: place_stream(s, plan[k], read=current[k] == "mapped" and plan[k] == "cpu")
+            for k, s in self.streams.items()
+        }
         on_gpu = any(p in ("cuda", "pinned") for p in plan.values())
         index_device = torch.device("cuda") if on_gpu else torch.device("cpu")
         episodes = {k: v.to(index_device) for k, v in self.episodes.items()}
@@ -270,7 +273,8 @@ class EpisodeStore:
             directory: the folder ``save`` wrote.
             device: move the store there (default: stay on the host).
             mmap: map the file (nothing is read until used, but what the
-                checks below read).
+                checks below read); off, the store (or the shard) is read
+                into memory.
             shard: ``(rank, world_size)`` keeps only that rank's episodes
                 (``take_shard``), so a mapped load reads only their bytes.
             placement: where each key goes, as ``place`` takes it (instead
@@ -294,11 +298,14 @@ class EpisodeStore:
             check_rank(shard[0], shard[1])
         if device is not None and placement is not None:
             raise ValueError(f"{where}: give device or placement, not both")
-        streams, episodes, tasks, fps, info = store_format.read(directory, mmap, verify, shard)
-        mapped = store_format.mapped_rows(directory, list(streams)) if mmap else {}
+        # Mapped first, whatever ``mmap`` says: a shard then reads only its part.
+        streams, episodes, tasks, fps, info = store_format.read(directory, verify, shard)
+        mapped = store_format.mapped_rows(directory, list(streams))
         store = cls(streams, episodes, tasks, fps, info=info, mapped=mapped)
         if shard is not None:
             store = store.take_shard(*shard)
+        if not mmap:
+            store = store._map(torch.clone)  # read into memory; the mapping is let go
         if device is not None:
             store = store.to(device)
         if placement is not None:

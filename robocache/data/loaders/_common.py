@@ -125,3 +125,11 @@ def field_names(topics):
         for pick in picks:
             fields[(topic, pick or "")] = f"{topic}.{pick}" if pick else topic
     return fields
+
+
+def keeps_encoded(frames, resize, key, codec):
+    """Whether a loader hands frames of ``key`` that arrive encoded as
+    ``codec`` to ``from_episodes`` still encoded (``EncodedFrames``), to be
+    kept byte for byte: the codec ``frames`` asks for, and no resize."""
+    form = frames.get(key, "raw") if isinstance(frames, dict) else frames
+    return resize is None and form == codec

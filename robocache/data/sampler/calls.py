@@ -13,18 +13,22 @@ class WindowCalls:
     """``calls(index)`` -> (outs, pads, ages, rows) in the plans' key order,
     with ``rows`` the anchor rows' tables (from the first call)."""
 
-    def __init__(self, store, anchor, plans, row_tables, edge_tolerance):
+    def __init__(self, store, anchor, plans, row_tables, edge_tolerance, frame_keys=()):
+        # Encoded keys are cut on the host, over their row numbers (decode.py).
+        rows_of = {f.position: f.row_numbers for f in frame_keys}
+        host = torch.device("cpu")
         groups = {}
         for k, plan in enumerate(plans):
-            groups.setdefault(store[plan.key].times.device, []).append(k)
+            device = host if k in rows_of else store[plan.key].times.device
+            groups.setdefault(device, []).append(k)
         self.calls = []
         anchor_stream = store[anchor]
         for device, ks in groups.items():
             streams = [store[plans[k].key] for k in ks]
             arguments = dict(
-                values=[s.values for s in streams],
-                times=[s.times for s in streams],
-                offsets=[s.offsets for s in streams],
+                values=[rows_of[k] if k in rows_of else s.values for k, s in zip(ks, streams)],
+                times=[s.times.to(device) for s in streams],
+                offsets=[s.offsets.to(device) for s in streams],
                 deltas=[plans[k].deltas.to(device) for k in ks],
                 anchor_offsets=anchor_stream.offsets.to(device),
                 anchor_times=anchor_stream.times.to(device),

@@ -101,10 +101,11 @@ def plan_key(store, key, deltas, mode, interval, tolerance, normalize, image_for
             f"{_WHERE}: modes[{key!r}] must be one of {', '.join(map(repr, WINDOW_MODES))}; "
             f"got {mode!r}"
         )
-    if mode in ("linear", "mean") and not stream.values.is_floating_point():
+    if mode in ("linear", "mean") and not stream.sample_dtype.is_floating_point:
+        kind = f"{stream.encoding.codec} frames" if stream.encoding else stream.sample_dtype
         raise ValueError(
             f"{_WHERE}: mode {mode!r} for {key!r} needs floating values; the stream "
-            f"holds {stream.values.dtype} (use 'nearest' or 'previous')"
+            f"holds {kind} (use 'nearest' or 'previous')"
         )
     if mode == "mean" and interval is None:
         ordered = sorted(deltas_ns)
@@ -122,7 +123,7 @@ def plan_key(store, key, deltas, mode, interval, tolerance, normalize, image_for
         interval_ns,
         tolerance_ns,
     )
-    _plan_image(plan, stream.values, image_form)
+    _plan_image(plan, stream.sample_shape, stream.sample_dtype, image_form)
     if normalize is not None:
         scale, shift = _normalizer(key, stream, normalize)
         if plan.to_float:  # the statistics are of the stored 0..255 values
@@ -152,16 +153,16 @@ def image_form_of(images, key):
     return form
 
 
-def _plan_image(plan, values, form):
+def _plan_image(plan, shape, dtype, form):
     """``float``: uint8 frames to float32 in [0, 1]; ``float_chw``: that, and
     (H, W, C) frames to (C, H, W), float frames included. Frames are samples
     of 2 dimensions (grey) or 3; other keys are left as stored."""
-    if form == "uint8" or values.dim() not in (3, 4):
+    if form == "uint8" or len(shape) not in (2, 3):
         return
     # (H, W) grey frames, and (H, W, C) or (C, H, W) frames in either layout.
-    plan.to_float = values.dtype == torch.uint8
-    if form == "float_chw" and values.dim() == 4:
-        plan.to_chw = image_layout(plan.key, values.shape[1:]) == "hwc"
+    plan.to_float = dtype == torch.uint8
+    if form == "float_chw" and len(shape) == 3:
+        plan.to_chw = image_layout(plan.key, shape) == "hwc"
 
 
 def _normalizer(key, stream, how):

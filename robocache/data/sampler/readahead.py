@@ -71,8 +71,11 @@ class ReadAhead:
     its own (with ``threads`` more for the reads). ``get(i)`` waits for
     batch i's; ``close()`` stops the work, and no thread outlives it."""
 
-    def __init__(self, keys, anchor, edge_tolerance, indices, depth=2, threads=8, pin=False):
+    def __init__(
+        self, keys, anchor, edge_tolerance, indices, depth=2, threads=8, pin=False, frames=()
+    ):
         self.keys, self.anchor, self.edge = keys, anchor, edge_tolerance
+        self.frames = frames
         self.indices, self.depth, self.pin = indices, depth, pin
         self.pool = reader_pool(threads)
         self.worker = ThreadPoolExecutor(max_workers=1)
@@ -85,13 +88,17 @@ class ReadAhead:
         self.futures[i] = self.worker.submit(self.prepare, self.indices[i])
 
     def prepare(self, index):
-        """position -> (values, times, offsets) of every mapped key, for one batch."""
+        """(position -> (values, times, offsets) of every mapped key, position
+        -> its distinct rows and their frames decoded of every encoded key),
+        for one batch."""
         index = index.cpu()
-        out = {}
+        out, decoded = {}, {}
         for key in self.keys:
             rows = key.rows_read(index, self.anchor, self.edge)
             out[key.position] = key.packed(rows, self.pool, self.pin)
-        return out
+        for key in self.frames:
+            decoded[key.position] = key.decode(key.rows_of(index, self.anchor, self.edge))
+        return out, decoded
 
     def get(self, i):
         if i + self.depth < len(self.indices) and i + self.depth not in self.futures:

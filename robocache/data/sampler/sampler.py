@@ -13,6 +13,7 @@ from .._device import resolve_device
 from ..time import ns_to_seconds
 from . import order, plan, transform
 from .calls import WindowCalls
+from .decode import FrameKey
 from .graphs import COUNTS_REFERENCES, BatchGraphs
 from .prefetch import prefetched
 from .readahead import MappedKey, ReadAhead
@@ -184,7 +185,10 @@ class WindowSampler:
         # Every key's times on the GPU: the anchors there. Keys cut on the
         # host (mapped or host values): the anchors on the host, so that
         # nothing the host needs is read back from the GPU.
-        host_cut = any(store[p.key].times.device.type == "cpu" for p in self.plans)
+        host_cut = any(
+            store[p.key].times.device.type == "cpu" or store[p.key].encoding is not None
+            for p in self.plans
+        )
         if host_cut:
             offsets, times = offsets.cpu(), times.cpu()
         row_episode = order.row_episodes(offsets)
@@ -220,7 +224,14 @@ class WindowSampler:
             "task_index": episodes["task_index"][row_episode],
             "timestamp": ns_to_seconds(times - times[first_row]),
         }
-        self._windows = WindowCalls(store, self.anchor, self.plans, self._row_tables, edge)
+        self._frame_keys = [
+            FrameKey(k, p, store[p.key], store.episodes["episode_index"])
+            for k, p in enumerate(self.plans)
+            if store[p.key].encoding is not None
+        ]
+        self._windows = WindowCalls(
+            store, self.anchor, self.plans, self._row_tables, edge, self._frame_keys
+        )
         self._check_window_args()
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"{_WHERE}: prefetch must be an int >= 0; got {prefetch!r}")
@@ -234,7 +245,9 @@ class WindowSampler:
         self._mapped = [
             MappedKey(k, p, store[p.key], store.mapped_rows[p.key])
             for k, p in enumerate(self.plans)
-            if store.mapped_rows.get(p.key) is not None and store[p.key].times.device.type == "cpu"
+            if store.mapped_rows.get(p.key) is not None
+            and store[p.key].times.device.type == "cpu"
+            and store[p.key].encoding is None
         ]
         self._edge = edge
 
@@ -256,6 +269,12 @@ class WindowSampler:
             cuda_graph = on_gpu and COUNTS_REFERENCES
         if not cuda_graph:
             return None
+        if self._frame_keys:
+            raise ValueError(
+                f"{_WHERE}: cuda_graph=True: {self._frame_keys[0].plan.key!r} holds encoded "
+                "frames, which are decoded per batch outside any CUDA graph; use "
+                "cuda_graph=False (or a store built with frames='raw')"
+            )
         if self._anchors.device.type != "cuda" or self.device.type != "cuda":
             raise ValueError(
                 f"{_WHERE}: cuda_graph=True needs the store and the batches on a CUDA device "
@@ -310,17 +329,20 @@ class WindowSampler:
         )
         parts = [anchors[i * self.batch_size : (i + 1) * self.batch_size] for i in range(len(self))]
         reader = None
-        if self._mapped and self.read_ahead:
-            host = self._windows.arguments_of(self._mapped[0].position)
+        if (self._mapped or self._frame_keys) and self.read_ahead:
+            ahead = self._mapped or self._frame_keys
+            host = self._windows.arguments_of(ahead[0].position)
             anchor = (host["anchor_offsets"], host["anchor_times"])
-            reader = ReadAhead(self._mapped, anchor, self._edge, parts, self.read_ahead)
+            reader = ReadAhead(
+                self._mapped, anchor, self._edge, parts, self.read_ahead, frames=self._frame_keys
+            )
         items = list(enumerate(parts))
 
         def make_batch(item):
             i, index = item
             if reader is None:
                 return self.batch_at(index)
-            return self._batch(order.anchor_index(index, self._anchors.device), reader.get(i))
+            return self._batch(order.anchor_index(index, self._anchors.device), *reader.get(i))
 
         try:
             if not self.prefetch:
@@ -342,11 +364,13 @@ class WindowSampler:
             return self._graphs(index)
         return self._batch(index)
 
-    def _batch(self, index, substitutes=None):
+    def _batch(self, index, substitutes=None, decoded=None):
         # The store's tensors never need gradients: the op runs below autograd
         # (no autograd bookkeeping a call; the batch's tensors are ordinary).
         with torch._C._AutoDispatchBelowAutograd():
             outs, pads, ages, rows = self._windows(index, substitutes)
+            for f in self._frame_keys:
+                outs[f.position] = f.frames(outs[f.position], (decoded or {}).get(f.position))
             return transform.assemble(
                 self.plans, outs, pads, ages, index, self._row_tables, rows, self.device,
                 self.key_age,

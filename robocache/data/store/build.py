@@ -8,7 +8,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..frames import EncodedFrames
 from ..time import NS_PER_S, times_to_ns
+from .ingest_frames import FrameOptions, Frames, pack_frames, prepare
 from .packed import PackedStream
 
 META_KEYS = ("task", "episode_index", "length")
@@ -80,9 +82,11 @@ def _as_tensor(x, what, device=None):
 class Builder:
     """Collects episodes one at a time; packs each stream once at the end."""
 
-    def __init__(self, stats, device):
+    def __init__(self, stats, device, frames=None):
         self.stats, self.device = stats, device
+        self.frames = frames or FrameOptions()
         self.chunks, self.counts, self.moments, self.specs = {}, {}, {}, {}
+        self.unstated = set()  # encoded keys some of whose frames ingest did not decode
         self.episode_index, self.lengths, self.task_index, self.tasks = [], [], [], {}
         self.coarse_times = {}  # key -> the first episode's note on float32 seconds
 
@@ -117,15 +121,19 @@ class Builder:
         where = f"episode {e}, stream {key!r}"
         if not isinstance(item, (tuple, list)) or len(item) != 2:
             raise TypeError(f"EpisodeStore: {where} must be a (values, times) pair")
-        values = _as_tensor(item[0], f"{where} values", self.device)
+        values = item[0]
+        if not isinstance(values, EncodedFrames):  # frames are encoded on the host
+            coded = self.frames.form(key) != "raw" or self.frames.size is not None
+            values = _as_tensor(values, f"{where} values", None if coded else self.device)
         coarse = []
         times = times_to_ns(_as_tensor(item[1], f"{where} times"), f"EpisodeStore: {where}", coarse)
         if coarse:
             self.coarse_times.setdefault(key, coarse[0])
-        if times.dim() != 1 or values.dim() < 1 or values.shape[0] != times.shape[0]:
+        shape = (len(values),) if isinstance(values, EncodedFrames) else tuple(values.shape)
+        if times.dim() != 1 or len(shape) < 1 or shape[0] != times.shape[0]:
             raise ValueError(
                 f"EpisodeStore: {where}: values (N, ...) and times (N,) must have the same "
-                f"N; got values {tuple(values.shape)} and times {tuple(times.shape)}"
+                f"N; got values {shape} and times {tuple(times.shape)}"
             )
         if times.numel() > 1 and bool((times[1:] < times[:-1]).any()):
             i = int((times[1:] < times[:-1]).nonzero()[0])
@@ -133,22 +141,36 @@ class Builder:
                 f"EpisodeStore: {where}: times must be non-decreasing; sample {i + 1} "
                 f"({int(times[i + 1])} ns) comes before sample {i} ({int(times[i])} ns)"
             )
-        spec = (values.dtype, tuple(values.shape[1:]))
+        values = prepare(key, values, where, self.frames)
+        raw = values.decoded if isinstance(values, Frames) else values
+        spec = (
+            (values.encoding.dtype, values.encoding.shape, values.encoding.codec)
+            if isinstance(values, Frames)
+            else (values.dtype, tuple(values.shape[1:]), "raw")
+        )
         if self.specs.setdefault(key, spec) != spec:
             raise ValueError(
-                f"EpisodeStore: {where}: dtype {spec[0]} and shape {spec[1]} differ from "
-                f"the earlier episodes' {self.specs[key][0]} and {self.specs[key][1]}"
+                f"EpisodeStore: {where}: dtype {spec[0]}, shape {spec[1]} and frames "
+                f"{spec[2]!r} differ from the earlier episodes' {self.specs[key][0]}, "
+                f"{self.specs[key][1]} and {self.specs[key][2]!r}"
             )
         if self.device is not None:
             times = times.to(self.device)  # checked on the host first
+            if not isinstance(values, Frames):
+                values = values.to(self.device)
         if key not in self.chunks:
             self.chunks[key] = []
             self.counts[key] = [0] * len(self.lengths)  # earlier episodes had none
             self.moments[key] = _Moments()
-        self.chunks[key].append((values.contiguous(), times.contiguous()))
-        if self.stats and (values.is_floating_point() or values.dtype in _INTEGER_STATS):
-            self.moments[key].add(values)
-        return values.shape[0]
+        if isinstance(values, Frames):
+            self.chunks[key].append((Frames(values.images, values.encoding), times.contiguous()))
+        else:
+            self.chunks[key].append((values.contiguous(), times.contiguous()))
+        if raw is None:
+            self.unstated.add(key)
+        elif self.stats and (raw.is_floating_point() or raw.dtype in _INTEGER_STATS):
+            self.moments[key].add(raw)
+        return times.shape[0]
 
     def finish(self):
         """(streams, episodes, tasks): key -> PackedStream, the per-episode
@@ -162,17 +184,22 @@ class Builder:
         streams = {}
         for key in list(self.chunks):
             chunks = self.chunks.pop(key)  # freed as each stream is packed
-            dtype, shape = self.specs[key]
-            values = (
-                torch.cat([c[0] for c in chunks])
-                if chunks
-                else torch.empty(0, *shape, dtype=dtype, device=self.device)
-            )
+            dtype, shape, form = self.specs[key]
+            byte_offsets, encoding = None, None
+            if form != "raw":
+                values, byte_offsets = pack_frames([c[0] for c in chunks])
+                values = values.to(chunks[0][1].device)
+                encoding = chunks[0][0].encoding
+            else:
+                values = torch.cat([c[0] for c in chunks])
             times = torch.cat([c[1] for c in chunks])
             del chunks
             offsets = torch.tensor([0] + self.counts[key], dtype=torch.int64).cumsum(0)
-            offsets = offsets.to(values.device)
-            streams[key] = PackedStream(values, times, offsets, self.moments[key].result())
+            offsets = offsets.to(times.device)
+            if byte_offsets is not None:
+                byte_offsets = byte_offsets.to(times.device)
+            stats = {} if key in self.unstated else self.moments[key].result()
+            streams[key] = PackedStream(values, times, offsets, stats, byte_offsets, encoding)
         episodes = {
             "episode_index": torch.tensor(self.episode_index, dtype=torch.int64),
             "length": torch.tensor(self.lengths, dtype=torch.int64),
@@ -183,9 +210,9 @@ class Builder:
         return streams, episodes, list(self.tasks)
 
 
-def pack_episodes(episodes, *, stats, progress, total, device):
+def pack_episodes(episodes, *, stats, progress, total, device, frames=None):
     """Every episode of an iterable packed per stream: (streams, episodes, tasks)."""
-    builder = Builder(stats, device)
+    builder = Builder(stats, device, frames)
     if total is None and hasattr(episodes, "__len__"):
         total = len(episodes)
     bar = tqdm(episodes, total=total, disable=not progress, desc="packing episodes", unit="ep")
@@ -241,7 +268,8 @@ def add_quantile(streams, q):
     for s in streams.values():
         per_sample = math.prod(s.values.shape[1:])
         if (
-            s.values.shape[0] == 0
+            s.encoding is not None
+            or s.values.shape[0] == 0
             or per_sample > MAX_QUANTILE_ELEMENTS
             or s.values.dtype == torch.bool
         ):

@@ -16,6 +16,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ..errors import LoaderError
+from ..frames import FrameEncoding
 from .packed import PackedStream
 from .prefetch import MappedRows, tensor_extents
 from .shards import shard_ranges
@@ -26,11 +27,14 @@ VERSION = "1"
 FILE = "store.safetensors"
 # The checksums' entry for the metadata itself (keys, tasks, fps, info).
 _METADATA = "metadata"
-_DESCRIBED = ("format", "version", "keys", "tasks", "fps", "info")
+# Metadata a store written before they were added lacks (read as {}).
+_OPTIONAL = ("info", "encodings")
+_DESCRIBED = ("format", "version", "keys", "tasks", "fps", "info", "encodings")
 
 
 def _metadata_crc32(meta):
-    return zlib.crc32(json.dumps([meta.get(k) for k in _DESCRIBED]).encode())
+    described = _DESCRIBED if "encodings" in meta else _DESCRIBED[:-1]  # an older store's
+    return zlib.crc32(json.dumps([meta.get(k) for k in described]).encode())
 
 
 def info_json(info):
@@ -53,12 +57,19 @@ def write(directory, streams, episodes, tasks, fps, info):
     tensors = {f"episodes/{k}": v.contiguous().cpu() for k, v in episodes.items()}
     # Streams are named by position (keys may hold any character); the keys
     # are in the metadata, in that order.
+    encodings = {}
     for i, s in enumerate(streams.values()):
         values, offsets = s.values.contiguous().cpu(), s.offsets.contiguous().cpu()
         tensors[f"streams/{i}/values"] = values
         tensors[f"streams/{i}/times"] = s.times.contiguous().cpu()
         tensors[f"streams/{i}/offsets"] = offsets
-        tensors[f"streams/{i}/checksums"] = episode_crc32(values, offsets)
+        rows = offsets
+        if s.encoding is not None:
+            byte_offsets = s.byte_offsets.contiguous().cpu()
+            tensors[f"streams/{i}/byte_offsets"] = byte_offsets
+            encodings[str(i)] = s.encoding.to_json()
+            rows = byte_offsets[offsets]  # each episode's bytes
+        tensors[f"streams/{i}/checksums"] = episode_crc32(values, rows)
         for name, t in s.stats.items():
             tensors[f"streams/{i}/stats/{name}"] = t.contiguous().cpu()
     meta = {
@@ -68,6 +79,7 @@ def write(directory, streams, episodes, tasks, fps, info):
         "tasks": json.dumps(tasks),
         "fps": json.dumps(fps),
         "info": meta_info,
+        "encodings": json.dumps(encodings),
     }
     checksums = {
         name: tensor_crc32(t) for name, t in tensors.items() if not name.endswith("/values")
@@ -101,10 +113,11 @@ def read(directory, verify=True, shard=None):
             f"{where}: {path} is not an EpisodeStore of version {VERSION} "
             f"(format {meta.get('format')!r}, version {meta.get('version')!r})"
         )
-    keys, tasks, fps, info = (_json(meta, n, where) for n in ("keys", "tasks", "fps", "info"))
+    names = ("keys", "tasks", "fps", "info", "encodings")
+    keys, tasks, fps, info, encodings = (_json(meta, n, where) for n in names)
     if not isinstance(keys, list) or not isinstance(tasks, list):
         raise LoaderError(f"{where}: the metadata's keys and tasks must be lists")
-    streams = _streams(tensors, keys, where)
+    streams = _streams(tensors, keys, _encodings(encodings, len(keys), where), where)
     episodes = {
         name[len("episodes/") :]: t for name, t in tensors.items() if name.startswith("episodes/")
     }
@@ -127,19 +140,37 @@ def mapped_rows(directory, keys):
 
 def _json(meta, name, where):
     try:
-        return json.loads(meta[name] if name != "info" else meta.get(name, "{}"))
+        return json.loads(meta[name] if name not in _OPTIONAL else meta.get(name, "{}"))
     except (KeyError, ValueError) as e:
         raise LoaderError(f"{where}: the metadata's {name!r} is missing or not JSON: {e}") from e
 
 
-def _streams(tensors, keys, where):
+def _encodings(encodings, count, where):
+    """stream position -> FrameEncoding, from the metadata."""
+    if not isinstance(encodings, dict):
+        raise LoaderError(f"{where}: the metadata's encodings must be a dict")
+    out = {}
+    for i, d in encodings.items():
+        if not i.isdigit() or int(i) >= count:
+            raise LoaderError(f"{where}: the metadata encodes stream {i}, which is not one")
+        try:
+            out[int(i)] = FrameEncoding.from_json(d)
+        except ValueError as e:
+            raise LoaderError(f"{where}: stream {i}: {e}") from None
+    return out
+
+
+def _streams(tensors, keys, encodings, where):
     """key -> PackedStream; every stream tensor of the file must belong to a key."""
     streams = {}
     for i, key in enumerate(keys):
         prefix = f"streams/{i}/"
-        missing = [p for p in ("values", "times", "offsets") if prefix + p not in tensors]
+        needed = ("values", "times", "offsets") + (("byte_offsets",) if i in encodings else ())
+        missing = [p for p in needed if prefix + p not in tensors]
         if missing:
             raise LoaderError(f"{where}: stream {key!r} has no tensor {prefix + missing[0]}")
+        if i not in encodings and prefix + "byte_offsets" in tensors:
+            raise LoaderError(f"{where}: stream {key!r} has byte offsets but no encoding")
         stats = {
             name[len(prefix) + 6 :]: t
             for name, t in tensors.items()
@@ -150,6 +181,8 @@ def _streams(tensors, keys, where):
             tensors[prefix + "times"],
             tensors[prefix + "offsets"],
             stats,
+            tensors.get(prefix + "byte_offsets"),
+            encodings.get(i),
         )
     known = {f"streams/{i}" for i in range(len(keys))}
     strays = sorted(
@@ -187,5 +220,6 @@ def _verify(tensors, meta, streams, episodes, shard, where):
         sums = tensors[f"streams/{i}/checksums"]
         if sums.dim() != 1 or sums.numel() != s.offsets.numel() - 1:
             raise LoaderError(f"{where}: streams/{i}/checksums does not hold one CRC an episode")
-        per_episode[f"streams/{i}/values"] = (sums, s.offsets.cpu())
+        rows = s.offsets.cpu() if s.encoding is None else s.byte_offsets.cpu()[s.offsets.cpu()]
+        per_episode[f"streams/{i}/values"] = (sums, rows)
     verify_checksums(tensors, expected, per_episode, where, episode_range)

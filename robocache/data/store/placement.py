@@ -19,8 +19,6 @@ import fnmatch
 
 import torch
 
-from .packed import PackedStream
-
 PLACES = ("cuda", "pinned", "mapped", "cpu")
 # "auto"'s default GPU budget: this share of the memory free when it is asked.
 AUTO_SHARE_OF_FREE = 0.5
@@ -146,4 +144,7 @@ def place_stream(stream, place, read=False):
     else:
         values = stream.values.clone() if read else stream.values.to(host)
     stats = {k: index(v) for k, v in stream.stats.items()}
-    return PackedStream(values, index(stream.times), index(stream.offsets), stats)
+    byte_offsets = None if stream.byte_offsets is None else index(stream.byte_offsets)
+    return stream.with_values(
+        values, index(stream.times), index(stream.offsets), stats, byte_offsets
+    )

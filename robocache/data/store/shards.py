@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .packed import PackedStream
-
 __all__ = ["Shard", "shard_ranges", "shard_parts"]
 
 
@@ -62,8 +60,14 @@ def shard_parts(streams, episodes, rank, world_size):
         offsets = s.offsets.cpu()
         counts[key] = offsets.diff()
         lo, hi = int(offsets[first]), int(offsets[end])
-        part[key] = PackedStream(
-            s.values[lo:hi], s.times[lo:hi], s.offsets[first : end + 1] - lo, dict(s.stats)
+        byte_offsets, values = None, s.values[lo:hi]
+        if s.encoding is not None:  # the episodes' bytes, their offsets from 0
+            byte_offsets = s.byte_offsets[lo : hi + 1]
+            begin = int(byte_offsets[0])
+            values = s.values[begin : int(byte_offsets[-1])]
+            byte_offsets = byte_offsets - begin
+        part[key] = s.with_values(
+            values, s.times[lo:hi], s.offsets[first : end + 1] - lo, dict(s.stats), byte_offsets
         )
     rows = {k: v[first:end] for k, v in episodes.items()}
     return part, rows, Shard(rank, world_size, ranges, counts)

@@ -14,6 +14,7 @@ from .._device import resolve_device
 from ..time import check_fps
 from . import format as store_format
 from .build import add_quantile, pack_episodes, warn_if_spacing_contradicts_fps
+from .ingest_frames import FrameOptions
 from .placement import current_place, place_stream, resolve, values_nbytes
 from .shards import check_rank, shard_parts
 from .validate import check_sorted_times
@@ -74,6 +75,10 @@ class EpisodeStore:
         total=None,
         device=None,
         info=None,
+        frames="raw",
+        jpeg_quality=90,
+        resize=None,
+        verify=True,
     ):
         """Packs episodes in one streaming pass.
 
@@ -99,6 +104,19 @@ class EpisodeStore:
             device: pack the store there (default: the host). Each episode
                 moves there as it arrives.
             info: the source's own metadata (``EpisodeStore.info``).
+            frames: how image streams are kept: ``"raw"`` (decoded), ``"jpeg"``
+                (1- and 3-channel uint8 frames as JPEG; RGBA and uint16 depth
+                frames as PNG, which keeps them exactly) or ``"png"``; or a
+                dict key -> one of them (other keys raw). An image stream is
+                (n, H, W, C) uint8 with C of 1, 3 or 4, or (n, H, W, 1)
+                uint16. Frames that arrive encoded (``EncodedFrames``) in the
+                codec asked for, with no resize, are kept byte for byte.
+            jpeg_quality: JPEG's quality, 1 to 100.
+            resize: (H, W): every image stream resized once, here, bilinear
+                with antialiasing (as torchvision's ``resize(antialias=True)``).
+            verify: decode every frame that arrives encoded once, so that a
+                corrupt frame is an error here and not at sampling (off:
+                such streams, kept byte for byte, get no statistics).
 
         Every episode's tensors are copied once into per-stream lists on
         ``device``, and each stream is packed (one concatenation) at the end.
@@ -110,8 +128,9 @@ class EpisodeStore:
         device = resolve_device(device, where)
         if fps is not None:
             fps = check_fps(fps, where)
+        options = FrameOptions.check(frames, jpeg_quality, resize, verify)
         streams, rows, tasks = pack_episodes(
-            episodes, stats=stats, progress=progress, total=total, device=device
+            episodes, stats=stats, progress=progress, total=total, device=device, frames=options
         )
         if fps is not None:
             warn_if_spacing_contradicts_fps(streams, fps)
@@ -164,10 +183,14 @@ class EpisodeStore:
         ]
         placement = self.placement
         for key, s in self.streams.items():
+            encoded = ""
+            if s.encoding is not None:
+                ratio = s.raw_nbytes / max(1, values_nbytes(s))
+                encoded = f" {s.encoding.codec} ({ratio:.1f}x smaller than raw)"
             lines.append(
-                f"  {key}: {s.values.shape[0]} samples of {tuple(s.values.shape[1:])} "
-                f"{str(s.values.dtype).removeprefix('torch.')}, {_size(s.nbytes)}; values "
-                f"{placement[key]} ({_size(values_nbytes(s))})"
+                f"  {key}: {s.num_samples} samples of {s.sample_shape} "
+                f"{str(s.sample_dtype).removeprefix('torch.')}{encoded}, {_size(s.nbytes)}; "
+                f"values {placement[key]} ({_size(values_nbytes(s))})"
             )
         return "\n".join(lines)
 
@@ -238,7 +261,10 @@ class EpisodeStore:
         first, end = shard.ranges[rank]
         mapped = {}
         for key, rows in self.mapped_rows.items():
-            offsets = self.streams[key].offsets
+            stream = self.streams[key]
+            offsets = stream.offsets
+            if stream.encoding is not None:  # rows of the file are the frames' bytes
+                offsets = stream.byte_offsets[offsets]
             mapped[key] = rows and rows.part(int(offsets[first]), int(offsets[end]))
         return EpisodeStore(
             streams, episodes, self.tasks, self.fps, shard=shard, info=self.info, mapped=mapped

@@ -62,7 +62,9 @@ def check_structure(streams, episodes, tasks, where):
                 f"{tuple(s.offsets.shape)} {s.offsets.dtype}"
             )
         N = s.times.shape[0]
-        if s.values.dim() < 1 or s.values.shape[0] != N:
+        if s.encoding is not None:
+            _check_encoded(s, N, here)
+        elif s.values.dim() < 1 or s.values.shape[0] != N:
             raise LoaderError(
                 f"{here}: values {tuple(s.values.shape)} and times ({N},) must have the same N"
             )
@@ -72,11 +74,32 @@ def check_structure(streams, episodes, tasks, where):
                 f"{here}: offsets must rise from 0 to the {N} rows; got {_ends(offsets)}"
             )
         for name, stat in s.stats.items():
-            if tuple(stat.shape) != tuple(s.values.shape[1:]):
+            if tuple(stat.shape) != s.sample_shape:
                 raise LoaderError(
                     f"{here}: statistic {name!r} is {tuple(stat.shape)}, not the sample shape "
-                    f"{tuple(s.values.shape[1:])}"
+                    f"{s.sample_shape}"
                 )
+
+
+def _check_encoded(s, N, here):
+    """An encoded stream's bytes and byte offsets: every frame's bytes inside
+    the values, in order (the bytes themselves are checked by their CRCs and
+    by the decoder)."""
+    if s.values.dtype != torch.uint8 or s.values.dim() != 1:
+        raise LoaderError(
+            f"{here}: an encoded stream's values must be (bytes,) uint8; got "
+            f"{tuple(s.values.shape)} {s.values.dtype}"
+        )
+    b = s.byte_offsets
+    if b is None or b.dtype != torch.int64 or tuple(b.shape) != (N + 1,):
+        got = None if b is None else f"{tuple(b.shape)} {b.dtype}"
+        raise LoaderError(f"{here}: byte_offsets must be ({N + 1},) int64; got {got}")
+    b = b.cpu()
+    if int(b[0]) != 0 or int(b[-1]) != s.values.numel() or bool((b.diff() <= 0).any()):
+        raise LoaderError(
+            f"{here}: byte_offsets must rise (each frame at least one byte) from 0 to the "
+            f"{s.values.numel()} bytes; got {_ends(b)}"
+        )
 
 
 def _ends(offsets):

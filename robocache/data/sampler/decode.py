@@ -1,0 +1,78 @@
+"""Keys whose frames are stored encoded (JPEG or PNG): the operator cuts
+their windows on the host over row numbers (``row + 1``; 0 where a window
+has no sample), which picks the same rows as it would from the frames, with
+the same padding. Each distinct row of a batch is then decoded once, in one
+batched call, and scattered into (B, W, H, W', C)."""
+
+import torch
+
+from ..._ops import OPS
+from ..frames import codec as host_codec
+
+_WHERE = "WindowSampler"
+
+
+class FrameKey:
+    """One encoded key of a sampler: its plan, its stream's bytes and byte
+    offsets, and where each row lies (episode, frame) for errors."""
+
+    def __init__(self, position, plan, stream, episode_index):
+        self.position, self.plan, self.encoding = position, plan, stream.encoding
+        self.values = stream.values  # the frames' bytes, wherever they live
+        self.bounds = stream.byte_offsets.cpu()
+        self.times, self.offsets = stream.times.cpu(), stream.offsets.cpu()
+        self.episode_index = episode_index.cpu()
+        self.row_numbers = torch.arange(1, self.times.numel() + 1).view(-1, 1)
+
+    def rows_of(self, index, anchor, edge_tolerance):
+        """(B, W, 1) int64 row + 1 of each window position of the batch
+        anchored at ``index`` (the sampler's own call, for this key alone)."""
+        plan = self.plan
+        rows, *_ = OPS.anchor_windows(
+            [self.row_numbers], [self.times], [self.offsets], [plan.deltas.cpu()], anchor[0],
+            anchor[1], index, [], plan.mode, [plan.interval], [plan.tolerance], edge_tolerance,
+        )  # fmt: skip
+        return rows[0]
+
+    def decode(self, rows):
+        """(keys, frames): the distinct rows + 1 of ``rows``, sorted, with 0
+        first, and their frames decoded (frames[0] is a frame of zeros)."""
+        wanted = torch.unique(rows.reshape(-1))
+        wanted = wanted[wanted > 0] - 1
+        frames = host_codec.decode(self._images(wanted), self.encoding, name=self._namer(wanted))
+        zero = torch.zeros((1, *self.encoding.shape), dtype=self.encoding.dtype)
+        keys = torch.cat([torch.zeros(1, dtype=torch.int64), wanted + 1])
+        return keys, torch.cat([zero, frames])
+
+    def frames(self, rows, decoded=None):
+        """(B, W, *shape) frames of ``rows`` (the operator's output for this
+        key), from ``decoded`` (``decode``'s, made ahead) or decoded now."""
+        rows = rows.cpu()
+        keys, table = decoded if decoded is not None else self.decode(rows)
+        position = torch.searchsorted(keys, rows.reshape(-1))
+        return table[position].view(*rows.shape[:2], *self.encoding.shape)
+
+    def _images(self, rows):
+        """The encoded bytes of each row, as buffers (host values are not copied)."""
+        begin, end = self.bounds[rows], self.bounds[rows + 1]
+        values = self.values
+        if values.is_cuda:  # one gather on the GPU, then one copy
+            spans = end - begin
+            starts = torch.cumsum(spans, 0) - spans
+            where = torch.arange(int(spans.sum())) - starts.repeat_interleave(spans)
+            where = where + begin.repeat_interleave(spans)
+            values = values[where.to(values.device)].cpu()
+            begin, end = starts, starts + spans
+        data = values.numpy()
+        return [data[b:e] for b, e in zip(begin.tolist(), end.tolist())]
+
+    def _namer(self, rows):
+        def name(i):
+            row = int(rows[i])
+            e = int(torch.searchsorted(self.offsets[1:], row, right=True))
+            return (
+                f"{_WHERE}: key {self.plan.key!r}, episode {int(self.episode_index[e])}, frame "
+                f"{row - int(self.offsets[e])} (row {row})"
+            )
+
+        return name

@@ -114,6 +114,9 @@ def load_calvin(
     keys=None,
     episodes="ranges",
     fps=CALVIN_FPS,
+    frames="raw",
+    jpeg_quality=90,
+    resize=None,
     progress=True,
     skip_bad=False,
     device=None,
@@ -130,6 +133,8 @@ def load_calvin(
             ``"language"``: the annotated windows, each an episode whose task
             is its instruction.
         fps: CALVIN records at 30 Hz; frame k of an episode is at k / fps.
+        frames, jpeg_quality, resize: image streams kept raw, as JPEG or as
+            PNG, and resized once, as ``EpisodeStore.from_episodes`` takes them.
         skip_bad: skip episodes that fail a check (reported) instead of raising.
         device: build the store there (default: the host); each episode moves
             there as it is read, so host memory holds only episodes in flight.
@@ -199,6 +204,9 @@ def load_calvin(
             progress=progress,
             total=len(ranges),
             device=device,
+            frames=frames,
+            jpeg_quality=jpeg_quality,
+            resize=resize,
         )
     except ValueError as e:  # the store's: a dtype or shape that differs between episodes
         if isinstance(e, LoaderError):

@@ -37,7 +37,17 @@ def _demo_number(name):
 
 
 def load_robomimic(
-    path, fps, keys=None, filter_key=None, *, progress=True, skip_bad=False, device=None
+    path,
+    fps,
+    keys=None,
+    filter_key=None,
+    *,
+    frames="raw",
+    jpeg_quality=90,
+    resize=None,
+    progress=True,
+    skip_bad=False,
+    device=None,
 ):
     """An EpisodeStore of a robomimic HDF5 file, one episode per demo.
 
@@ -47,6 +57,8 @@ def load_robomimic(
         keys: stream names to load, as paths in a demo group (``"actions"``,
             ``"obs/robot0_joint_pos"``); default: every dataset of the first demo.
         filter_key: load only the demos listed in ``mask/<filter_key>``.
+        frames, jpeg_quality, resize: image streams kept raw, as JPEG or as
+            PNG, and resized once, as ``EpisodeStore.from_episodes`` takes them.
         skip_bad: skip demos that fail a check (reported in a warning)
             instead of raising.
         device: build the store there (default: the host); each episode moves
@@ -147,6 +159,9 @@ def load_robomimic(
                 total=len(names),
                 device=device,
                 info=info,
+                frames=frames,
+                jpeg_quality=jpeg_quality,
+                resize=resize,
             )
         except ValueError as e:
             if isinstance(e, LoaderError):

@@ -18,13 +18,26 @@ __all__ = ["load_zarr"]
 _METADATA = {".zgroup", ".zattrs", ".zarray", ".zmetadata", "zarr.json"}
 
 
-def load_zarr(path, fps, keys=None, *, progress=True, skip_bad=False, device=None):
+def load_zarr(
+    path,
+    fps,
+    keys=None,
+    *,
+    frames="raw",
+    jpeg_quality=90,
+    resize=None,
+    progress=True,
+    skip_bad=False,
+    device=None,
+):
     """An EpisodeStore of a replay buffer, one episode per ``episode_ends`` entry.
 
     Args:
         path: the .zarr directory (or any store zarr.open_group takes).
         fps: the rate the buffer was recorded at (frame k is at k / fps).
         keys: arrays under ``data/`` to load (default: all of them).
+        frames, jpeg_quality, resize: image streams kept raw, as JPEG or as
+            PNG, and resized once, as ``EpisodeStore.from_episodes`` takes them.
         skip_bad: skip episodes that fail a check (reported) instead of raising.
         device: build the store there (default: the host); each episode moves
             there as it is read, so host memory holds only episodes in flight.
@@ -133,7 +146,14 @@ def load_zarr(path, fps, keys=None, *, progress=True, skip_bad=False, device=Non
         ((f"episode {e}", lambda e=e: episode(e)) for e in range(len(ends))), skip_bad, where
     )
     return EpisodeStore.from_episodes(
-        episodes, fps=fps, progress=progress, total=len(ends), device=device
+        episodes,
+        fps=fps,
+        progress=progress,
+        total=len(ends),
+        device=device,
+        frames=frames,
+        jpeg_quality=jpeg_quality,
+        resize=resize,
     )
 
 

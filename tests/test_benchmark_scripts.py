@@ -21,7 +21,7 @@ import robocache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPU_ONLY = [("ops", "kernels"), ("ops", "ncu")]
-SCRIPTS = ["ops", "sampler", "ingest", "e2e", "tiers"]
+SCRIPTS = ["ops", "sampler", "ingest", "e2e", "tiers", "frames"]
 
 
 @pytest.fixture(scope="module")
@@ -224,3 +224,14 @@ def test_tiers_benchmark_runs_small_on_the_cpu(workdir, tmp_path):
     assert all(row["efficiency"] > 0 and row["windows_per_s"] > 0 for row in rows)
     r = _run(workdir, "tiers", "--small", "--device", "cpu", "--tiers", "gpu")
     assert r.returncode == 2 and "need a CUDA device" in r.stderr, r.stderr
+
+
+def test_frames_benchmark_runs_small(workdir, tmp_path):
+    _needs("frames", "PIL")
+    out = tmp_path / "rows.json"
+    r = _run(workdir, "frames", "--small", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert {"pil", "robocache-host"} <= {row["decoder"] for row in rows}
+    assert all(row["frames_per_s"] > 0 and row["raw_over_jpeg"] > 1 for row in rows)
+    assert all(row["max_levels_from_pil"] == 0 for row in rows if "fastdct" not in row["decoder"])

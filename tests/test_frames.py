@@ -279,3 +279,28 @@ def test_images_float_and_normalisation_apply_to_decoded_frames():
     a = WindowSampler(raw, {"cam": [0.0]}, **kw).batch_at(range(6))
     b = WindowSampler(enc, {"cam": [0.0]}, **kw).batch_at(range(6))
     assert b["cam"].shape == (6, 1, 3, 48, 64) and torch.equal(a["cam"], b["cam"])
+
+
+def test_host_decoders_agree_and_the_fast_idct_is_an_option(monkeypatch):
+    pytest.importorskip("simplejpeg", reason="the frames extra: pip install robocache[frames]")
+    from robocache.data.frames import FrameDecoding, FrameEncoding
+
+    frames = camera_frames(4, 40, 56)
+    blobs = host_codec.encode(frames, "jpeg", 90)
+    encoding = FrameEncoding("jpeg", (40, 56, 3), torch.uint8)
+    accurate = host_codec.decode(blobs, encoding)  # simplejpeg
+    fast = host_codec.decode(blobs, encoding, idct="fast")
+    assert torch.equal(accurate, torch.stack([pil_decode(b) for b in blobs]))  # Pillow's pixels
+    assert 0 < (fast.int() - accurate.int()).abs().max() <= 8
+    t = torch.arange(4) * 100 * MS
+    enc = EpisodeStore.from_episodes([{"cam": (frames, t)}], frames="jpeg", progress=False)
+    sampler = WindowSampler(enc, {"cam": [0.0]}, decoding=FrameDecoding(idct="fast", threads=2))
+    assert torch.equal(sampler.batch_at(range(4))["cam"][:, 0], fast)
+    monkeypatch.setattr(host_codec, "_simplejpeg", lambda: None)  # Pillow alone
+    assert torch.equal(host_codec.decode(blobs, encoding), accurate)
+    with pytest.raises(ImportError, match="idct='fast' decodes JPEG with simplejpeg"):
+        host_codec.decode(blobs, encoding, idct="fast")
+    with pytest.raises(ValueError, match="idct must be 'accurate' or 'fast'"):
+        FrameDecoding(idct="slow")
+    with pytest.raises(TypeError, match="decoding must be a robocache.data.frames.FrameDecoding"):
+        WindowSampler(enc, {"cam": [0.0]}, decoding={"idct": "fast"})

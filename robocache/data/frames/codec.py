@@ -1,7 +1,11 @@
-"""JPEG and PNG on the host, with PIL (libjpeg-turbo and zlib): encode at
-ingest, decode where no GPU decoder serves, read a frame's header. Each call
-takes many frames and spreads them over a thread pool (PIL lets go of the
-GIL while it codes)."""
+"""JPEG and PNG on the host: encode at ingest (Pillow: libjpeg-turbo and
+zlib), decode where no GPU decoder serves (JPEG with simplejpeg where it is
+installed, 2 to 3.5 times Pillow's rate on small frames and the same
+pixels; else Pillow), read a frame's header. Each call takes many frames
+and spreads them over a thread pool (both let go of the GIL while they
+code). Both decode JPEG with libjpeg-turbo's accurate integer IDCT, or
+with ``idct="fast"`` its fast one (simplejpeg only), as TensorFlow's
+``decode_jpeg`` does by default."""
 
 import io
 import os
@@ -79,9 +83,34 @@ def probe(image, codec, where):
     return (height, width, channels), torch.uint8
 
 
-def decode_one(image, encoding):
+def _simplejpeg():
+    try:
+        import simplejpeg
+    except ImportError:
+        return None
+    return simplejpeg
+
+
+IDCTS = ("accurate", "fast")
+
+
+def decode_one(image, encoding, idct="accurate"):
     """One frame as an array of ``encoding``'s shape and dtype; a ValueError
     saying what is wrong where the bytes are not such a frame."""
+    simplejpeg = _simplejpeg() if encoding.codec == "jpeg" else None
+    if simplejpeg is not None:
+        gray = len(encoding.shape) == 3 and encoding.shape[2] == 1
+        array = simplejpeg.decode_jpeg(
+            image, colorspace="GRAY" if gray else "RGB", fastdct=idct == "fast"
+        )
+        if array.shape[:2] != tuple(encoding.shape[:2]):
+            raise ValueError(f"decoded to {array.shape}, not {tuple(encoding.shape)}")
+        return array.reshape(encoding.shape)
+    if idct != "accurate":
+        raise ImportError(
+            "robocache.data: idct='fast' decodes JPEG with simplejpeg: "
+            "pip install robocache[frames]"
+        )
     Image = _pil()
     with Image.open(io.BytesIO(image)) as im:
         im.draft(None, None)  # the whole image, never a reduced JPEG decode
@@ -97,17 +126,20 @@ def decode_one(image, encoding):
     return array.reshape(encoding.shape)
 
 
-def decode(images, encoding, threads=None, name=None):
+def decode(images, encoding, threads=None, name=None, idct="accurate"):
     """Each of ``images`` (bytes-like) decoded, as one (n, *shape) tensor.
     ``name(i)`` says where image i is from; a frame that does not decode
-    raises a ValueError naming it."""
+    raises a ValueError naming it. ``idct``: JPEG's ``"accurate"`` or
+    ``"fast"`` inverse DCT."""
     out = torch.empty((len(images), *encoding.shape), dtype=encoding.dtype)
     target = out.view(torch.int16) if encoding.dtype == torch.uint16 else out
     array = target.numpy()
 
     def one(i):
         try:
-            array[i] = decode_one(images[i], encoding).view(array.dtype)
+            array[i] = decode_one(images[i], encoding, idct).view(array.dtype)
+        except ImportError:
+            raise
         except Exception as e:
             where = name(i) if name else f"frame {i}"
             raise ValueError(f"{where}: the {encoding.codec} frame does not decode: {e}") from e
@@ -117,4 +149,4 @@ def decode(images, encoding, threads=None, name=None):
     return out
 
 
-__all__ = ["FrameEncoding", "decode", "decode_one", "encode", "probe", "thread_pool"]
+__all__ = ["IDCTS", "FrameEncoding", "decode", "decode_one", "encode", "probe", "thread_pool"]

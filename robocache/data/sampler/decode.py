@@ -16,8 +16,9 @@ class FrameKey:
     """One encoded key of a sampler: its plan, its stream's bytes and byte
     offsets, and where each row lies (episode, frame) for errors."""
 
-    def __init__(self, position, plan, stream, episode_index):
+    def __init__(self, position, plan, stream, episode_index, decoding):
         self.position, self.plan, self.encoding = position, plan, stream.encoding
+        self.decoding = decoding
         self.values = stream.values  # the frames' bytes, wherever they live
         self.bounds = stream.byte_offsets.cpu()
         self.times, self.offsets = stream.times.cpu(), stream.offsets.cpu()
@@ -39,7 +40,13 @@ class FrameKey:
         first, and their frames decoded (frames[0] is a frame of zeros)."""
         wanted = torch.unique(rows.reshape(-1))
         wanted = wanted[wanted > 0] - 1
-        frames = host_codec.decode(self._images(wanted), self.encoding, name=self._namer(wanted))
+        frames = host_codec.decode(
+            self._images(wanted),
+            self.encoding,
+            self.decoding.threads,
+            self._namer(wanted),
+            self.decoding.idct,
+        )
         zero = torch.zeros((1, *self.encoding.shape), dtype=self.encoding.dtype)
         keys = torch.cat([torch.zeros(1, dtype=torch.int64), wanted + 1])
         return keys, torch.cat([zero, frames])

@@ -10,6 +10,7 @@ no host synchronization. The face here ties together the per-key plans
 import torch
 
 from .._device import resolve_device
+from ..frames import FrameDecoding
 from ..time import ns_to_seconds
 from . import order, plan, transform
 from .calls import WindowCalls
@@ -97,6 +98,11 @@ class WindowSampler:
             each batch on the caller's stream when asked for). Events order
             them: a batch handed out is ready on the caller's current stream,
             and nothing waits on the host.
+        decoding: how keys stored as JPEG or PNG frames are decoded
+            (``robocache.data.frames.FrameDecoding``: the JPEG IDCT, the
+            threads). Their windows are cut on the host over row numbers;
+            each distinct frame of a batch is decoded once, on the host's
+            thread pool, read ahead with the mapped keys; no CUDA graph.
 
     A batch is a dict: ``key`` (B, len(deltas), *shape), ``key_is_pad``
     (B, len(deltas)) bool, and ``index``, ``episode_index``, ``frame_index``,
@@ -133,6 +139,7 @@ class WindowSampler:
         graph_buffers=None,
         prefetch=1,
         read_ahead=2,
+        decoding=None,
     ):
         self.store = store
         self.rank, self.world_size = order.resolve_ranks(rank, world_size, store)
@@ -224,8 +231,15 @@ class WindowSampler:
             "task_index": episodes["task_index"][row_episode],
             "timestamp": ns_to_seconds(times - times[first_row]),
         }
+        if decoding is None:
+            decoding = FrameDecoding()
+        if not isinstance(decoding, FrameDecoding):
+            raise TypeError(
+                f"{_WHERE}: decoding must be a robocache.data.frames.FrameDecoding; got "
+                f"{type(decoding).__name__}"
+            )
         self._frame_keys = [
-            FrameKey(k, p, store[p.key], store.episodes["episode_index"])
+            FrameKey(k, p, store[p.key], store.episodes["episode_index"], decoding)
             for k, p in enumerate(self.plans)
             if store[p.key].encoding is not None
         ]

@@ -25,7 +25,7 @@ import robocache.data
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
 # What a closing "..." may stand for: the loaders' shared tail (docs/data.md says so).
-SHARED_TAIL = {"progress", "skip_bad", "device"}
+SHARED_TAIL = {"frames", "jpeg_quality", "resize", "progress", "skip_bad", "device"}
 
 
 def _public():

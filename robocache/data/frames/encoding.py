@@ -103,8 +103,9 @@ class FrameDecoding:
     Attributes:
         idct: JPEG's inverse DCT: ``"accurate"`` (libjpeg-turbo's default, as
             Pillow, torchvision and nvImageCodec decode) or ``"fast"``
-            (libjpeg's fast integer IDCT, as TensorFlow's ``decode_jpeg`` and
-            so TFDS decode by default; needs simplejpeg).
+            (libjpeg's fast integer IDCT, TensorFlow's ``decode_jpeg``
+            default, with which TFDS pipelines decode: the same pixels;
+            needs simplejpeg).
         threads: the host decoder's threads (default: the CPUs this process
             may use, at most 16).
     """

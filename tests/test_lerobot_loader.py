@@ -20,6 +20,23 @@ from fixtures.scheduling import scheduling  # noqa: E402
 
 from robocache.data import LoaderError, WindowSampler, load_lerobot  # noqa: E402
 
+CAMERA = "observation.images.top"
+MIN_PSNR_DB = 28.0
+
+
+def every_frame(store, key):
+    """Each frame of ``key`` as the sampler gives it (decoded where encoded)."""
+    n = store[key].num_samples
+    sampler = WindowSampler(store, {key: [0.0]}, anchor=key, batch_size=n, shuffle=False)
+    return sampler.batch_at(range(n))[key][:, 0]
+
+
+def assert_near(frames, raw):
+    """Within JPEG's loss of the raw frames."""
+    mse = (frames.double() - raw.double()).square().mean()
+    psnr = 10 * torch.log10(255**2 / mse)
+    assert psnr >= MIN_PSNR_DB, f"PSNR {float(psnr):.1f} dB"
+
 
 @pytest.mark.parametrize("codec", ["libsvtav1", "libx264"])
 def test_round_trip(tmp_path, codec):
@@ -86,6 +103,55 @@ def test_image_features_round_trip_exactly(tmp_path):
         LoaderError, match=r"episode 2, key 'observation.images.top', frame 0: cannot decode"
     ):
         load_lerobot(tmp_path, progress=False)
+
+
+def test_video_frames_kept_as_jpeg(tmp_path):
+    write_lerobot(tmp_path, codec="libx264")
+    raw = load_lerobot(tmp_path, progress=False)
+    jpeg = load_lerobot(tmp_path, frames="jpeg", progress=False)
+    stream = jpeg[CAMERA]
+    assert stream.encoding.codec == "jpeg" and stream.sample_shape == (*SIZE, 3)
+    assert torch.equal(stream.times, raw[CAMERA].times)
+    assert torch.equal(stream.offsets, raw[CAMERA].offsets)
+    assert_near(every_frame(jpeg, CAMERA), raw[CAMERA].values)
+    for key in ("observation.state", "action"):
+        assert jpeg[key].encoding is None and torch.equal(jpeg[key].values, raw[key].values)
+    resized_raw = load_lerobot(tmp_path, resize=(32, 48), progress=False)
+    resized = load_lerobot(tmp_path, frames="jpeg", resize=(32, 48), progress=False)
+    assert resized[CAMERA].encoding.codec == "jpeg" and resized[CAMERA].sample_shape == (32, 48, 3)
+    assert resized_raw[CAMERA].sample_shape == (32, 48, 3)
+    assert_near(every_frame(resized, CAMERA), resized_raw[CAMERA].values)
+
+
+def test_png_image_features_keep_their_bytes(tmp_path):
+    write_lerobot(tmp_path, images_as="png")
+    path = tmp_path / "data/chunk-000/file-000.parquet"
+    cells = pq.read_table(path).column(CAMERA).to_pylist()
+    raw = load_lerobot(tmp_path, progress=False)
+    kept = load_lerobot(tmp_path, frames="png", progress=False)
+    stream = kept[CAMERA]
+    assert stream.encoding.codec == "png"
+    assert bytes(stream.values.numpy()) == b"".join(cell["bytes"] for cell in cells)
+    assert torch.equal(every_frame(kept, CAMERA), raw[CAMERA].values)
+    assert torch.equal(stream.stats["mean"], raw[CAMERA].stats["mean"])
+    as_jpeg = load_lerobot(tmp_path, frames={CAMERA: "jpeg"}, progress=False)
+    assert as_jpeg[CAMERA].encoding.codec == "jpeg"
+    assert_near(every_frame(as_jpeg, CAMERA), raw[CAMERA].values)
+    resized_raw = load_lerobot(tmp_path, resize=(32, 32), progress=False)
+    resized = load_lerobot(tmp_path, frames="png", resize=(32, 32), progress=False)
+    assert resized[CAMERA].sample_shape == (32, 32, 3)
+    assert torch.equal(every_frame(resized, CAMERA), resized_raw[CAMERA].values)  # PNG: exact
+    # A PNG cut short is kept (its header reads) and found where from_episodes decodes it.
+    cells[6]["bytes"] = cells[6]["bytes"][:-30]
+    table = pq.read_table(path)
+    column = table.schema.get_field_index(CAMERA)
+    pq.write_table(
+        table.set_column(column, CAMERA, pa.array(cells, table.schema[column].type)), path
+    )
+    with pytest.raises(
+        LoaderError, match=rf"episode 2: .*stream '{CAMERA}', frame 0: the png frame does not"
+    ):
+        load_lerobot(tmp_path, frames="png", progress=False)
 
 
 def test_episodes_are_read_at_most_threads_ahead(tmp_path, monkeypatch):

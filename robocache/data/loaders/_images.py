@@ -1,5 +1,6 @@
 """The one image decode of the loaders: PNG, JPEG and the other formats
-PIL reads, to (H, W, C) uint8 frames, with errors that name the frame."""
+PIL reads, to (H, W, C) uint8 frames, with errors that name the frame; and
+the codec of images that arrive encoded, from their first bytes."""
 
 import io
 
@@ -8,6 +9,17 @@ import numpy as np
 from ..errors import LoaderError
 
 _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+_MAGIC = {"jpeg": b"\xff\xd8\xff", "png": b"\x89PNG"}
+
+
+def encoded_codec(images):
+    """``"jpeg"`` or ``"png"`` where every one of ``images`` (bytes-like)
+    starts as that codec's files do; None where they mix codecs, are of
+    another format, or there are none."""
+    for codec, magic in _MAGIC.items():
+        if images and all(bytes(image[: len(magic)]) == magic for image in images):
+            return codec
+    return None
 
 
 def decode_image(data, where, channels=3):

@@ -18,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..frames import EncodedFrames
 from ..store import EpisodeStore
-from ._common import LoaderError, reading, skipping
-from ._images import decode_images
+from ._common import LoaderError, keeps_encoded, reading, skipping
+from ._images import decode_images, encoded_codec
 from ._lerobot_tables import (
     BOOKKEEPING,
     column,
@@ -79,10 +80,12 @@ def _decode_segment(path, start, end, where):
     return frames, times
 
 
-def _decode_images(cells, shape, root, where):
-    """The frames of an image feature: cells ``{"bytes", "path"}`` as the
-    parquet holds them (PNG bytes, or a path under root), decoded to
-    (n, H, W, C) uint8; ``shape`` is the feature's (H, W, C)."""
+def _image_frames(cells, shape, root, keeps, where):
+    """The frames of an image feature from cells ``{"bytes", "path"}`` as the
+    parquet holds them (PNG bytes, or a path under root): ``EncodedFrames``
+    of the bytes where every cell holds bytes of one codec and
+    ``keeps(codec)``, else decoded to (n, H, W, C) uint8; ``shape`` is the
+    feature's (H, W, C)."""
     if len(shape) != 3 or shape[-1] not in (1, 3, 4):
         raise LoaderError(f"{where}: an image feature's shape must be (H, W, 1|3|4); got {shape}")
     images = []
@@ -92,6 +95,10 @@ def _decode_images(cells, shape, root, where):
         if data is None and not path:
             raise LoaderError(f"{where}, frame {i}: the image has neither bytes nor a path")
         images.append(data if data is not None else os.path.join(root, path))
+    in_bytes = all(isinstance(image, bytes) for image in images)
+    codec = encoded_codec(images) if in_bytes else None
+    if codec is not None and keeps(codec):
+        return EncodedFrames(images, codec, shape)
     return decode_images(images, shape, where)
 
 
@@ -128,6 +135,9 @@ def load_lerobot(
     *,
     video_backend="pyav",
     threads=4,
+    frames="raw",
+    jpeg_quality=90,
+    resize=None,
     progress=True,
     skip_bad=False,
     device=None,
@@ -142,6 +152,13 @@ def load_lerobot(
         video_backend: ``"pyav"``.
         threads: decoding threads; episodes are read up to ``threads``
             ahead of the one being packed.
+        frames: how image and video features are kept: ``"raw"``, ``"jpeg"``
+            or ``"png"``, or a dict key -> one of them (see
+            ``EpisodeStore.from_episodes``). Image features already in the
+            codec asked for, with no ``resize``, are kept byte for byte.
+        jpeg_quality: JPEG's quality for frames encoded at load, 1 to 100.
+        resize: (H, W) every image and video feature is resized to, once,
+            at load.
         progress: show a progress bar.
         skip_bad: skip episodes that fail a check (reported) instead of raising.
         device: build the store there (default: the host); each episode moves
@@ -150,9 +167,13 @@ def load_lerobot(
     Each episode's video segment is decoded once, start to end (AV1, H.264 or
     anything the installed FFmpeg reads), as (n, H, W, 3) uint8 frames with
     their own timestamps. Image features (``use_videos=False``: PNG in the
-    parquet) decode with PIL to (n, H, W, C) uint8. Table features keep
-    LeRobot's names and shapes, on the ``timestamp`` clock. Episodes load in
-    ``episode_index`` order; tasks are the episode's first task.
+    parquet) decode with PIL to (n, H, W, C) uint8, unless ``frames`` keeps
+    their PNG bytes as they are (those are decoded once by ``from_episodes``,
+    for their statistics: one that does not decode is a LoaderError naming
+    the episode, key and frame, which ``skip_bad`` does not skip). Table
+    features keep LeRobot's names and shapes, on the ``timestamp`` clock.
+    Episodes load in ``episode_index`` order; tasks are the episode's first
+    task.
 
     Host memory: one data file, the ``threads + 1`` episodes in flight, and
     (without ``device``) the store being built.
@@ -234,7 +255,12 @@ def load_lerobot(
                     with reading(here, f"column {key!r}"):
                         cells = rows.column(key).to_pylist()
                     job = pool.submit(
-                        _decode_images, cells, _image_shape(feature), root, f"{here}, key {key!r}"
+                        _image_frames,
+                        cells,
+                        _image_shape(feature),
+                        root,
+                        lambda codec, key=key: keeps_encoded(frames, resize, key, codec),
+                        f"{here}, key {key!r}",
                     )
                     jobs[key] = (None, job, times)
                 else:
@@ -272,18 +298,32 @@ def load_lerobot(
         return finish
 
     pool = ThreadPoolExecutor(max_workers=max(1, threads))
+    in_hand = [None]  # the episode_index of the episode from_episodes is packing
+
+    def packing(episodes):
+        for episode in episodes:
+            in_hand[0] = episode["episode_index"]
+            yield episode  # from_episodes packs it before it asks for the next
+            in_hand[0] = None
+
     try:
         items = _read_ahead(episodes, lambda r: start(r, pool), depth=max(1, threads))
         return EpisodeStore.from_episodes(
-            skipping(items, skip_bad, where),
+            packing(skipping(items, skip_bad, where)),
             fps=fps,
             progress=progress,
             total=len(episodes),
             device=device,
+            frames=frames,
+            jpeg_quality=jpeg_quality,
+            resize=resize,
         )
-    except ValueError as e:  # the store's: a dtype or shape that differs between episodes
+    except ValueError as e:
+        # The store's: a dtype or shape that differs between episodes, a frame
+        # kept encoded that does not decode, an option it does not take.
         if isinstance(e, LoaderError):
             raise
-        raise LoaderError(f"{where}: {e}") from e
+        here = where if in_hand[0] is None else f"{where}, episode {in_hand[0]}"
+        raise LoaderError(f"{here}: {e}") from e
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

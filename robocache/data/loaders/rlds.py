@@ -14,8 +14,8 @@ missing) and against ``dataset_info.json``'s episode count per shard
 (``splits[].shardLengths``, which TFDS writes). ``features.json`` and
 ``dataset_info.json`` carry no checksum."""
 
+import functools
 import glob
-import io
 import json
 import os
 import re
@@ -24,8 +24,8 @@ import warnings
 import numpy as np
 
 from ..store import EpisodeStore
-from ._common import LoaderError, frame_times, reading, skipping
-from ._images import decode_images
+from ._common import LoaderError, frame_times, keeps_encoded, reading, skipping
+from ._rlds_images import image_steps
 from ._tfrecord import tfrecords
 
 __all__ = ["load_rlds"]
@@ -99,42 +99,6 @@ def _steps_spec(features, where):
         raise LoaderError(f"{where}: features.json has no steps sequence ({e})") from e
 
 
-def _decode_images(blobs, shape, device, here):
-    """(n, *shape) uint8: PIL on the host, or torchvision on ``device`` (JPEG
-    with nvJPEG in one batched call; other formats decoded on the host and
-    moved), the frames staying there."""
-    if device is not None:
-        import torch
-        from torchvision.io import ImageReadMode, decode_image, decode_jpeg
-
-        mode = ImageReadMode.RGB if shape[-1] == 3 else ImageReadMode.GRAY
-        data = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
-        try:
-            if all(bytes(b[:3]) == b"\xff\xd8\xff" for b in blobs):  # JPEG
-                frames = decode_jpeg(data, mode=mode, device=device)
-            else:
-                frames = [decode_image(d, mode=mode).to(device) for d in data]
-        except RuntimeError as e:
-            raise LoaderError(f"{here}: an image does not decode: {e}") from e
-        return torch.stack(frames).permute(0, 2, 3, 1).reshape(len(frames), *shape)
-    return decode_images(blobs, shape, here)
-
-
-def _check_channels(blob, shape, here):
-    """An image that holds other channels than features.json declares is an
-    error, not a conversion (PIL would turn RGB to gray for a declared 1):
-    TFDS encodes each image with the channels it declares."""
-    from PIL import Image
-
-    with Image.open(io.BytesIO(bytes(blob))) as image:
-        bands = image.getbands()
-    if bands != ("P",) and len(bands) != shape[-1]:
-        raise LoaderError(
-            f"{here}: the images hold {len(bands)} channels ({image.mode}); "
-            f"features.json declares {shape[-1]}"
-        )
-
-
 def _shard_lengths(directory, split, where):
     """Episodes per shard of ``split`` from dataset_info.json
     (``splits[].shardLengths``, as TFDS writes them: strings), or None where
@@ -201,6 +165,9 @@ def load_rlds(
     *,
     split="train",
     decode_on=None,
+    frames="raw",
+    jpeg_quality=90,
+    resize=None,
     progress=True,
     skip_bad=False,
     device=None,
@@ -216,7 +183,13 @@ def load_rlds(
             and image feature.
         split: the shards ``*-<split>.tfrecord-*``.
         decode_on: None (PIL on the CPU) or a device for torchvision's decoder
-            (``"cuda"``).
+            (``"cuda"``), for the images that are decoded here.
+        frames: how image features are kept: ``"raw"``, ``"jpeg"`` or
+            ``"png"``, or a dict key -> one of them (see
+            ``EpisodeStore.from_episodes``). Images already in the codec asked
+            for, with no ``resize``, are kept byte for byte, not decoded here.
+        jpeg_quality: JPEG's quality for frames encoded at load, 1 to 100.
+        resize: (H, W) every image feature is resized to, once, at load.
         progress: show a progress bar.
         skip_bad: skip bad episodes and shards (reported in one warning each)
             instead of raising.
@@ -239,6 +212,11 @@ def load_rlds(
     reading 2.2 MB of shards took 1.8 ms instead of the 1.2 ms of the
     tfrecord package's reader, which checks nothing; a pure-Python CRC-32C
     runs at about 7 MB/s. So the checks cannot be turned off.
+
+    Images kept encoded are decoded once by ``from_episodes`` (for their
+    statistics): one that does not decode is a LoaderError naming the shard,
+    episode, key and frame, which ``skip_bad`` does not skip (the store is
+    being packed by then).
     """
     from tfrecord import example_pb2
     from tfrecord.writer import TFRecordWriter
@@ -322,10 +300,13 @@ def load_rlds(
                 if f is None:
                     raise LoaderError(f"{here}: no steps/{key}")
                 if encoding is not None:
-                    blobs = list(f.bytes_list.value)
-                    if blobs:
-                        _check_channels(blobs[0], shape, f"{here}, key {key!r}")
-                    values = _decode_images(blobs, shape, decode_on, f"{here}, key {key!r}")
+                    values = image_steps(
+                        list(f.bytes_list.value),
+                        shape,
+                        lambda codec, key=key: keeps_encoded(frames, resize, key, codec),
+                        decode_on,
+                        f"{here}, key {key!r}",
+                    )
                 else:
                     flat = f.float_list.value if f.HasField("float_list") else f.int64_list.value
                     size = int(np.prod(shape)) if shape else 1
@@ -348,25 +329,43 @@ def load_rlds(
             out["length"] = n or 0
             return out
 
-    items = (
-        (name, lambda name=name, raw=raw, problem=problem, i=i: episode(name, raw, problem, i))
-        for i, (name, raw, problem) in enumerate(records())
-    )
-    read = []
+    names = []  # by episode_index: the shard and the place in it
+
+    def items():
+        for i, (name, raw, problem) in enumerate(records()):
+            names.append(name)
+            yield name, functools.partial(episode, name, raw, problem, i)
+
+    read, in_hand, ended = [], [None], []
 
     def episodes():
-        for e in skipping(items, skip_bad, where):
+        for e in skipping(items(), skip_bad, where):
             read.append(e["episode_index"])
-            yield e
+            in_hand[0] = names[e["episode_index"]]
+            yield e  # from_episodes packs it before it asks for the next
+            in_hand[0] = None
+        ended.append(True)
 
     try:
-        store = EpisodeStore.from_episodes(episodes(), fps=fps, progress=progress, device=device)
-    except ValueError as e:  # with skip_bad, every episode may have been skipped
-        if isinstance(e, LoaderError) or read:
+        store = EpisodeStore.from_episodes(
+            episodes(),
+            fps=fps,
+            progress=progress,
+            device=device,
+            frames=frames,
+            jpeg_quality=jpeg_quality,
+            resize=resize,
+        )
+    except ValueError as e:
+        if isinstance(e, LoaderError):
             raise
-        raise LoaderError(
-            f"{where}: no episode could be read" + "".join(f"\n  {x}" for x in lost)
-        ) from e
+        if in_hand[0] is not None:  # its values, e.g. a frame kept encoded that does not decode
+            raise LoaderError(f"{where}, {in_hand[0]}: {e}") from e
+        if ended and not read:  # with skip_bad, every episode may have been skipped
+            raise LoaderError(
+                f"{where}: no episode could be read" + "".join(f"\n  {x}" for x in lost)
+            ) from e
+        raise
     store.info["episodes_loaded"] = store.num_episodes
     store.info["episodes_expected"] = None if lengths is None else sum(lengths)
     if lost:

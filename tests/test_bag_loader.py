@@ -1,6 +1,10 @@
 """load_bag on ROS 2 bags (sqlite3 and mcap storage) written here with
 rosbags' writer: joints at 500 Hz, a camera at 30 Hz and force/torque at
-1 kHz, with jitter and dropped messages."""
+1 kHz, with jitter and dropped messages; and their camera frames kept as
+JPEG (byte for byte where they arrive as a JPEG CompressedImage)."""
+
+import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +16,7 @@ from fixtures.bags import MS, T0, TOPICS, TS, header, write_bag  # noqa: E402
 from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: E402
 from rosbags.typesys import Stores, get_typestore  # noqa: E402
 
-from robocache.data import LoaderError, load_bag  # noqa: E402
+from robocache.data import LoaderError, WindowSampler, load_bag  # noqa: E402
 
 
 @pytest.mark.parametrize("storage", [StoragePlugin.SQLITE3, StoragePlugin.MCAP])
@@ -118,3 +122,93 @@ def test_ros1_bags(tmp_path):
     store = load_bag(tmp_path / "run.bag", {"/joint_states": "position"}, progress=False)
     assert torch.equal(store["/joint_states.position"].values, torch.from_numpy(positions))
     assert store["/joint_states.position"].times.tolist() == stamps
+
+
+CAMERA = {"/camera/image": "image"}
+
+
+def camera_bytes(bag):
+    """The data of each /camera/image CompressedImage, in order, as rosbags reads them."""
+    from rosbags.highlevel import AnyReader
+
+    with AnyReader([Path(bag)], default_typestore=TS) as reader:
+        connections = [c for c in reader.connections if c.topic == "/camera/image"]
+        return [
+            bytes(reader.deserialize(raw, c.msgtype).data)
+            for c, _, raw in reader.messages(connections=connections)
+        ]
+
+
+def pil_frames(blobs):
+    from PIL import Image
+
+    def one(data):
+        with Image.open(io.BytesIO(data)) as im:
+            return np.asarray(im.convert("RGB"))
+
+    return torch.from_numpy(np.stack([one(b) for b in blobs]))
+
+
+def windows(store, key):
+    """Each frame of ``key`` as the sampler gives it (a window of one, at its own time)."""
+    n = store[key].num_samples
+    sampler = WindowSampler(store, {key: [0.0]}, batch_size=n, shuffle=False)
+    return sampler.batch_at(range(n))[key][:, 0]
+
+
+def psnr_db(a, b):
+    mse = (a.double() - b.double()).square().mean()
+    return float(10 * torch.log10(255**2 / mse))
+
+
+@pytest.mark.parametrize("storage", [StoragePlugin.SQLITE3, StoragePlugin.MCAP])
+def test_jpeg_compressed_images_are_kept_byte_for_byte(tmp_path, storage):
+    pytest.importorskip("PIL", reason="the frames extra: pip install robocache[frames]")
+    written, stamps = write_bag(tmp_path / "run", storage, camera="jpeg", size=(24, 32))
+    blobs = camera_bytes(tmp_path / "run")
+    store = load_bag(tmp_path / "run", TOPICS, frames="jpeg", progress=False)
+    camera = store["/camera/image.image"]
+    assert camera.encoding.codec == "jpeg" and camera.sample_shape == (24, 32, 3)
+    assert bytes(camera.values.numpy()) == b"".join(blobs)
+    assert camera.times.tolist() == stamps["/camera/image.image"].tolist()
+    assert torch.equal(windows(store, "/camera/image.image"), pil_frames(blobs))
+    for key in ("/joint_states.position", "/wrench.wrench.force"):
+        assert torch.equal(store[key].values, torch.from_numpy(written[key])), key
+    raw = load_bag(tmp_path / "run", CAMERA, progress=False)  # frames="raw": decoded, as before
+    assert raw["/camera/image.image"].encoding is None
+    assert torch.equal(raw["/camera/image.image"].values, pil_frames(blobs))
+    small = load_bag(tmp_path / "run", CAMERA, frames="jpeg", resize=(12, 16), progress=False)
+    resized = small["/camera/image.image"]
+    assert resized.encoding.codec == "jpeg" and resized.sample_shape == (12, 16, 3)
+    assert resized.num_samples == len(blobs)
+
+
+def test_raw_images_become_jpeg_near_the_frames(tmp_path):
+    pytest.importorskip("PIL", reason="the frames extra: pip install robocache[frames]")
+    written, _ = write_bag(tmp_path / "run", StoragePlugin.SQLITE3, size=(48, 64))
+    frames = torch.from_numpy(written["/camera/image.image"])
+    store = load_bag(tmp_path / "run", CAMERA, frames="jpeg", jpeg_quality=90, progress=False)
+    camera = store["/camera/image.image"]
+    assert camera.encoding.codec == "jpeg" and camera.sample_shape == (48, 64, 3)
+    assert psnr_db(windows(store, "/camera/image.image"), frames) >= 28
+    exact = load_bag(
+        tmp_path / "run", CAMERA, frames={"/camera/image.image": "png"}, progress=False
+    )
+    assert exact["/camera/image.image"].encoding.codec == "png"
+    assert torch.equal(windows(exact, "/camera/image.image"), frames)
+
+
+def test_a_corrupt_jpeg_names_the_bag_and_topic(tmp_path):
+    pytest.importorskip("PIL", reason="the frames extra: pip install robocache[frames]")
+    write_bag(tmp_path / "bad", StoragePlugin.SQLITE3, camera="jpeg", size=(48, 64), cut_frame=2)
+    write_bag(tmp_path / "good", StoragePlugin.SQLITE3, camera="jpeg", size=(48, 64))
+    bags = [tmp_path / "good", tmp_path / "bad"]
+    with pytest.raises(LoaderError, match=r"load_bag\(.*bad\).*'/camera/image.*frame 2.*jpeg"):
+        load_bag(bags, CAMERA, frames="jpeg", progress=False)
+    with pytest.raises(
+        LoaderError, match=r"load_bag\(.*bad\), topic '/camera/image': cannot decode"
+    ):
+        load_bag(bags, CAMERA, progress=False)
+    with pytest.warns(UserWarning, match=r"skipped 1 bad episode.*\n.*bad.*'/camera/image'"):
+        store = load_bag(bags, CAMERA, frames="jpeg", skip_bad=True, progress=False)
+    assert bytes(store["/camera/image.image"].values.numpy()) == b"".join(camera_bytes(bags[0]))

@@ -1,9 +1,13 @@
 """load_mcap on plain MCAP files (not ROS) written here with mcap's own
 writers: JSON channels (mcap.writer) and protobuf channels
-(mcap_protobuf.writer), multi-rate with jitter and dropped messages."""
+(mcap_protobuf.writer), multi-rate with jitter and dropped messages; and
+their CompressedImage frames kept as JPEG (byte for byte where they arrive
+as JPEG)."""
 
+import io
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,9 +22,10 @@ from fixtures.mcap import (  # noqa: E402
     write_protobuf_mcap,
 )
 
-from robocache.data import (
-    LoaderError,  # noqa: E402
-    load_mcap,  # noqa: E402
+from robocache.data import (  # noqa: E402
+    LoaderError,
+    WindowSampler,
+    load_mcap,
 )
 
 
@@ -139,3 +144,114 @@ def test_times_that_go_backwards_and_other_encodings_are_errors(tmp_path):
         LoaderError, match=r"topic '/cbor'.*encoding 'cbor' is not json or protobuf"
     ):
         load_mcap(path, {"/cbor": None}, progress=False)
+
+
+def camera_bytes(path):
+    """The bytes of each /camera message, in order, as mcap's reader gives them."""
+    from mcap.reader import make_reader
+    from mcap_protobuf.decoder import DecoderFactory
+
+    with open(path, "rb") as f:
+        reader = make_reader(f, decoder_factories=[DecoderFactory()])
+        return [m.decoded_message.data for m in reader.iter_decoded_messages(topics=["/camera"])]
+
+
+def pil_frames(blobs):
+    from PIL import Image
+
+    def one(data):
+        with Image.open(io.BytesIO(data)) as im:
+            return np.asarray(im.convert("RGB"))
+
+    return torch.from_numpy(np.stack([one(b) for b in blobs]))
+
+
+def windows(store, key):
+    """Each frame of ``key`` as the sampler gives it (a window of one, at its own time)."""
+    n = store[key].num_samples
+    sampler = WindowSampler(store, {key: [0.0]}, batch_size=n, shuffle=False)
+    return sampler.batch_at(range(n))[key][:, 0]
+
+
+def psnr_db(a, b):
+    mse = (a.double() - b.double()).square().mean()
+    return float(10 * torch.log10(255**2 / mse))
+
+
+def test_jpeg_images_are_kept_byte_for_byte(tmp_path):
+    pytest.importorskip("PIL", reason="the frames extra: pip install robocache[frames]")
+    path = tmp_path / "run.mcap"
+    write_protobuf_mcap(path, camera_codecs=("jpeg",), size=(24, 32), seed=0)
+    blobs = camera_bytes(path)
+    topics = {"/joints": "position", "/camera": "image"}
+    store = load_mcap(path, topics, frames="jpeg", progress=False)
+    camera = store["/camera.image"]
+    assert camera.encoding.codec == "jpeg" and camera.sample_shape == (24, 32, 3)
+    assert bytes(camera.values.numpy()) == b"".join(blobs)
+    assert camera.byte_offsets.diff().tolist() == [len(b) for b in blobs]
+    assert torch.equal(windows(store, "/camera.image"), pil_frames(blobs))
+    assert store["/joints.position"].encoding is None
+    raw = load_mcap(path, topics, progress=False)  # frames="raw": decoded, as before
+    assert raw["/camera.image"].encoding is None
+    assert torch.equal(raw["/camera.image"].values, pil_frames(blobs))
+    assert raw["/camera.image"].stats["mean"].allclose(camera.stats["mean"])
+    # Cut where a joint message was dropped: pieces of frames, and pieces without any.
+    split = load_mcap(path, topics, frames="jpeg", split_gap_s=0.003, progress=False)
+    counts = split["/camera.image"].offsets.diff()
+    assert split.num_episodes > 2 and 0 in counts.tolist() and counts.max() > 1
+    assert bytes(split["/camera.image"].values.numpy()) == b"".join(blobs)
+    assert split["/camera.image"].times.tolist() == camera.times.tolist()
+    assert split["/camera.image"].stats["mean"].allclose(camera.stats["mean"])
+
+
+def test_resize_and_mixed_codecs_encode_again(tmp_path):
+    pytest.importorskip("PIL", reason="the frames extra: pip install robocache[frames]")
+    path = tmp_path / "run.mcap"
+    write_protobuf_mcap(path, camera_codecs=("jpeg",), size=(48, 64))
+    blobs = camera_bytes(path)
+    topics = {"/camera": "image"}
+    small = load_mcap(path, topics, frames="jpeg", resize=(24, 32), progress=False)
+    camera = small["/camera.image"]
+    assert camera.encoding.codec == "jpeg" and camera.sample_shape == (24, 32, 3)
+    assert camera.num_samples == len(blobs)
+    raw = load_mcap(path, topics, resize=(24, 32), progress=False)["/camera.image"].values
+    assert psnr_db(windows(small, "/camera.image"), raw) >= 28
+    path = tmp_path / "mixed.mcap"
+    write_protobuf_mcap(path, camera_codecs=("jpeg", "png"), size=(48, 64))
+    mixed = load_mcap(path, topics, frames="jpeg", progress=False)["/camera.image"]
+    assert mixed.encoding.codec == "jpeg" and mixed.num_samples == len(camera_bytes(path))
+    assert bytes(mixed.values.numpy()) != b"".join(camera_bytes(path))
+    kept_png = load_mcap(path, topics, frames="png", progress=False)["/camera.image"]
+    decoded = load_mcap(path, topics, progress=False)["/camera.image"].values
+    assert kept_png.encoding.codec == "png"
+    assert torch.equal(pil_frames(camera_bytes(path)), decoded)
+
+
+def test_a_corrupt_jpeg_names_the_file_and_topic(tmp_path):
+    pytest.importorskip("PIL", reason="the frames extra: pip install robocache[frames]")
+    bad, good = tmp_path / "bad.mcap", tmp_path / "good.mcap"
+    write_protobuf_mcap(bad, camera_codecs=("jpeg",), size=(48, 64), cut_frame=3)
+    write_protobuf_mcap(good, camera_codecs=("jpeg",), size=(48, 64))
+    topics = {"/camera": "image"}
+    for frames in ("jpeg", "raw"):
+        with pytest.raises(LoaderError, match=r"bad\.mcap.*'/camera"):
+            load_mcap([good, bad], topics, frames=frames, progress=False)
+    with pytest.warns(UserWarning, match=r"skipped 1 bad episode.*\n.*bad\.mcap.*'/camera'"):
+        store = load_mcap([bad, good], topics, frames="jpeg", skip_bad=True, progress=False)
+    assert store.num_episodes == 1
+    assert bytes(store["/camera.image"].values.numpy()) == b"".join(camera_bytes(good))
+
+
+def test_the_codec_comes_from_the_bytes_and_agrees_with_the_format():
+    from robocache.data.loaders._images import Compressed, codec_of
+
+    jpeg_bytes, png_bytes = b"\xff\xd8\xff\xe0rest", b"\x89PNG\r\n\x1a\nrest"
+    assert codec_of(Compressed(jpeg_bytes)) == "jpeg"
+    assert codec_of(Compressed(png_bytes, "png")) == "png"
+    assert codec_of(Compressed(jpeg_bytes, "rgb8; jpeg compressed bgr8")) == "jpeg"
+    assert codec_of(Compressed(jpeg_bytes, "")) == "jpeg"
+    assert codec_of(Compressed(jpeg_bytes, "png")) is None  # the field says otherwise
+    assert (
+        codec_of(Compressed(b"\x00\x00\x00\x00" + png_bytes, "16UC1; compressedDepth png")) is None
+    )
+    assert codec_of(Compressed(b"GIF89a")) is None

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 
 from ..errors import LoaderError
+from ..frames import EncodedFrames
 from ..time import frame_times, seconds_to_ns
 
 __all__ = ["LoaderError", "frame_times", "reading", "split_gap_ns"]
@@ -61,27 +62,33 @@ def skipping(episodes, skip_bad, what):
 
 def stack_streams(where, values, times):
     """name -> (values (n, *shape), int64 ns times (n,)) from per-message
-    lists; a shape that changes within a stream, or times that go backwards,
-    are errors."""
+    lists (or ``EncodedFrames``, kept as they are); a shape that changes
+    within a stream, or times that go backwards, are errors."""
     out = {}
     for name in values:
         t = np.asarray(times[name], dtype=np.int64)
-        shapes = {v.shape for v in values[name]}
-        if len(shapes) > 1:
-            raise LoaderError(
-                f"{where}, stream {name!r}: the shape changes within the file: {sorted(shapes)}"
-            )
+        if isinstance(values[name], EncodedFrames):
+            stacked = values[name]
+        else:
+            shapes = {v.shape for v in values[name]}
+            if len(shapes) > 1:
+                raise LoaderError(
+                    f"{where}, stream {name!r}: the shape changes within the file: {sorted(shapes)}"
+                )
+            stacked = np.stack(values[name]) if values[name] else np.zeros((0,))
         if np.any(np.diff(t) < 0):
             i = int(np.nonzero(np.diff(t) < 0)[0][0])
             raise LoaderError(f"{where}, stream {name!r}: times go backwards at message {i + 1}")
-        out[name] = (np.stack(values[name]) if values[name] else np.zeros((0,)), t)
+        out[name] = (stacked, t)
     return out
 
 
 def split_log(streams, marks=(), gap=None):
     """The episodes of one log: all of it, cut where the merged timeline
     pauses longer than gap ns (None: never) and at each mark (a time that
-    starts a new episode). Pieces without samples are dropped."""
+    starts a new episode). Pieces without samples are dropped; an episode
+    without frames of an encoded stream leaves that stream out (it then has
+    no samples there)."""
     times = [t for _, t in streams.values() if len(t)]
     bounds = {int(m) for m in marks}
     if gap is not None and times:
@@ -93,14 +100,19 @@ def split_log(streams, marks=(), gap=None):
         for name, (v, t) in streams.items():
             if len(t):  # t is sorted (stack_streams): a piece is a slice, not a copy
                 lo, hi = np.searchsorted(t, np.array(edges[k : k + 2], dtype=np.int64))
-                episode[name] = (v[lo:hi], t[lo:hi])
+                if isinstance(v, EncodedFrames):
+                    if hi > lo:
+                        episode[name] = (EncodedFrames(v.images[lo:hi], v.codec, v.shape), t[lo:hi])
+                else:
+                    episode[name] = (v[lo:hi], t[lo:hi])
         if any(len(t) for _, t in episode.values()):
             yield episode
 
 
 def log_episodes(paths, read, gap, skip_bad, what):
-    """Episodes of log files, numbered across files: read(path) gives a
-    file's streams (stack_streams) and its marks; each file is split."""
+    """(path, episode) of log files, the episodes numbered across files:
+    read(path) gives a file's streams (stack_streams) and its marks; each
+    file is split."""
     index = 0
     for path in paths:
         thunk = [(str(path), lambda p=path: list(split_log(*read(p), gap=gap)))]
@@ -108,7 +120,32 @@ def log_episodes(paths, read, gap, skip_bad, what):
             for episode in episodes:
                 episode["episode_index"] = index
                 index += 1
-                yield episode
+                yield path, episode
+
+
+def log_store(paths, read, gap, skip_bad, what, **options):
+    """``EpisodeStore.from_episodes(..., **options)`` of the episodes of log
+    files (log_episodes). A ValueError while one of a file's episodes is
+    packed (a frame kept encoded that does not decode, a stream whose shape
+    differs from an earlier file's) is a LoaderError naming the file."""
+    from ..store import EpisodeStore
+
+    in_hand = [None]  # the file of the episode from_episodes is packing
+
+    def episodes():
+        for path, episode in log_episodes(paths, read, gap, skip_bad, what):
+            in_hand[0] = path
+            yield episode
+            in_hand[0] = None
+
+    try:
+        return EpisodeStore.from_episodes(episodes(), **options)
+    except LoaderError:
+        raise
+    except ValueError as e:
+        if in_hand[0] is None:
+            raise
+        raise LoaderError(f"{what}({in_hand[0]}): {e}") from e
 
 
 def as_paths(paths):

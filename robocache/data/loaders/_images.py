@@ -1,12 +1,19 @@
 """The one image decode of the loaders: PNG, JPEG and the other formats
 PIL reads, to (H, W, C) uint8 frames, with errors that name the frame; and
-the codec of images that arrive encoded, from their first bytes."""
+the codec of images that arrive encoded, from their first bytes; and the
+compressed images of logs (ROS and MCAP ``CompressedImage``) kept encoded
+where ``frames=`` asks for their codec."""
 
 import io
+from typing import NamedTuple
 
 import numpy as np
+import torch
 
 from ..errors import LoaderError
+from ..frames import CODECS, EncodedFrames, FrameEncoding
+from ..frames import codec as host_codec
+from ._common import keeps_encoded
 
 _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 _MAGIC = {"jpeg": b"\xff\xd8\xff", "png": b"\x89PNG"}
@@ -52,3 +59,61 @@ def decode_images(images, shape, where):
             )
         frames.append(frame)
     return np.stack(frames) if frames else np.empty((0, *shape), dtype=np.uint8)
+
+
+class Compressed(NamedTuple):
+    """One compressed image as a message carries it: its bytes, and its
+    ``format`` field (None where the message has none)."""
+
+    data: bytes
+    format: str = None
+
+
+_FORMAT_NAMES = {"jpeg": ("jpeg", "jpg"), "png": ("png",)}
+
+
+def codec_of(image):
+    """The codec of a ``Compressed`` image: ``"jpeg"`` or ``"png"`` as its
+    bytes' magic says, where its format field names that codec or neither;
+    None where the magic is neither, or the field names another codec."""
+    codec = next((c for c, magic in _MAGIC.items() if image.data.startswith(magic)), None)
+    if codec is None or not image.format:
+        return codec
+    named = {
+        c for c, names in _FORMAT_NAMES.items() if any(n in image.format.lower() for n in names)
+    }
+    return codec if named <= {codec} else None
+
+
+def may_keep_encoded(frames, resize, key):
+    """Whether compressed images of stream ``key`` may be kept encoded (for
+    some codec): the loader then holds their bytes until the file is read."""
+    return any(keeps_encoded(frames, resize, key, codec) for codec in CODECS)
+
+
+def compressed_stream(values, key, frames, resize, where, verify=False):
+    """A stream's per-message values, some ``Compressed``, as ``from_episodes``
+    takes them: ``EncodedFrames`` of the bytes as they are, where every value
+    is a compressed image of one codec that ``keeps_encoded`` keeps for
+    ``key`` (they decode to (H, W, 3) uint8, as ``decode_image`` gives); else
+    a list with each compressed image decoded by ``decode_image``. ``verify``:
+    decode the kept frames once here, so that a corrupt one is a LoaderError
+    naming ``where`` and the message."""
+    codecs = {codec_of(v) if isinstance(v, Compressed) else None for v in values}
+    codec = codecs.pop() if len(codecs) == 1 else None
+    if values and codec is not None and keeps_encoded(frames, resize, key, codec):
+        images = [v.data for v in values]
+        try:
+            shape, dtype = host_codec.probe(images[0], codec, where)
+        except ValueError:  # decoded below, with decode_image's error
+            shape, dtype = None, None
+        if dtype == torch.uint8:
+            kept = EncodedFrames(images, codec, (*shape[:2], 3))
+            if verify:
+                encoding = FrameEncoding(codec, kept.shape, torch.uint8)
+                try:
+                    host_codec.decode(kept.images, encoding, name=lambda i: f"message {i}")
+                except ValueError as e:
+                    raise LoaderError(f"{where}: cannot decode the image: {e}") from e
+            return kept
+    return [decode_image(v.data, where) if isinstance(v, Compressed) else v for v in values]

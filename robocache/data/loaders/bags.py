@@ -13,18 +13,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..store import EpisodeStore
 from ..time import stamp_ns
 from ._common import (
     LoaderError,
     as_paths,
     field_names,
-    log_episodes,
+    log_store,
     reading,
     split_gap_ns,
     stack_streams,
 )
-from ._images import decode_image
+from ._images import Compressed, compressed_stream, decode_image, may_keep_encoded
 from ._mcap_crc import mapped, verify_mcap, warn_unprotected
 
 __all__ = ["load_bag"]
@@ -32,9 +31,13 @@ __all__ = ["load_bag"]
 _IMAGE_CHANNELS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
 
 
+def _is_compressed(msg):
+    return hasattr(msg, "format") and not hasattr(msg, "encoding")  # a CompressedImage
+
+
 def _image(msg, where):
     """sensor_msgs/Image (8-bit encodings) or CompressedImage as (H, W, C) uint8."""
-    if hasattr(msg, "format") and not hasattr(msg, "encoding"):  # CompressedImage
+    if _is_compressed(msg):
         return decode_image(bytes(msg.data), where)
     channels = _IMAGE_CHANNELS.get(msg.encoding)
     if channels is None:
@@ -72,6 +75,9 @@ def load_bag(
     time_source="header",
     split_gap_s=None,
     marker_topic=None,
+    frames="raw",
+    jpeg_quality=90,
+    resize=None,
     progress=True,
     skip_bad=False,
     device=None,
@@ -95,7 +101,15 @@ def load_bag(
             timeline longer than this (seconds); None: one episode per file.
         marker_topic: a topic whose every message starts a new episode at
             its time (on the same time source), e.g. a "/episode_start" topic.
-        skip_bad: skip files that fail a check (reported) instead of raising.
+        frames: ``"raw"``, ``"jpeg"`` or ``"png"`` (or a dict stream ->
+            one): how image streams are kept (``EpisodeStore.from_episodes``).
+            CompressedImages already in that codec are kept byte for byte.
+        jpeg_quality: JPEG's quality (1 to 100) where frames are encoded here.
+        resize: (H, W): every image stream resized once, at load.
+        progress: show a progress bar.
+        skip_bad: skip files that fail a check (reported) instead of raising
+            (frames kept encoded are then decoded once more, as the bag is
+            read, so that a corrupt one skips its bag).
         device: build the store there (default: the host); each episode moves
             there as it is read, so host memory holds only episodes in flight.
 
@@ -119,6 +133,8 @@ def load_bag(
     fields = field_names(topics)
     wanted = set(topics) | ({marker_topic} if marker_topic else set())
     gap = split_gap_ns(split_gap_s, "load_bag")
+    topic_of = {name: topic for (topic, _), name in fields.items()}
+    keep = {name: may_keep_encoded(frames, resize, name) for name in fields.values()}
 
     unprotected, unchecked = [], []  # mcap files no CRC covers; bags not checked, and why
 
@@ -160,12 +176,23 @@ def load_bag(
                         marks.append(t)
                     for (topic, pick), name in fields.items():
                         if topic == connection.topic:
-                            values[name].append(_value(msg, pick, here))
+                            if keep[name] and pick == "image" and _is_compressed(msg):
+                                values[name].append(Compressed(bytes(msg.data), msg.format))
+                            else:
+                                values[name].append(_value(msg, pick, here))
                             times[name].append(t)
+            for name in values:
+                if keep[name]:  # compressed images are decoded here or kept encoded
+                    here = f"{where}, topic {topic_of[name]!r}"
+                    values[name] = compressed_stream(
+                        values[name], name, frames, resize, here, verify=skip_bad
+                    )
         return stack_streams(where, values, times), marks
 
-    episodes = log_episodes(paths, read, gap, skip_bad, "load_bag")
-    store = EpisodeStore.from_episodes(episodes, progress=progress, device=device)
+    options = dict(frames=frames, jpeg_quality=jpeg_quality, resize=resize)
+    store = log_store(
+        paths, read, gap, skip_bad, "load_bag", progress=progress, device=device, **options
+    )
     if unchecked:
         warnings.warn(
             f"load_bag: the CRCs of {len(unchecked)} mcap-storage bag(s) were not checked:\n  "

@@ -16,18 +16,17 @@ import json
 
 import numpy as np
 
-from ..store import EpisodeStore
 from ..time import stamp_ns
 from ._common import (
     LoaderError,
     as_paths,
     field_names,
-    log_episodes,
+    log_store,
     reading,
     split_gap_ns,
     stack_streams,
 )
-from ._images import decode_image
+from ._images import Compressed, compressed_stream, decode_image, may_keep_encoded
 from ._mcap_crc import mapped, verified_messages, warn_unprotected
 
 __all__ = ["load_mcap"]
@@ -73,6 +72,18 @@ def _pick(message, path, where):
     return _at(message, path, where)
 
 
+def _compressed(value):
+    """``value`` as a ``Compressed`` image where it is image bytes or a
+    message with ``data`` bytes (and maybe a ``format``); else None."""
+    if isinstance(value, (bytes, bytearray)):
+        return Compressed(bytes(value))
+    data = _get(value, "data")
+    if not isinstance(data, bytes):
+        return None
+    form = _get(value, "format")
+    return Compressed(data, form if isinstance(form, str) else None)
+
+
 def _array(value, where):
     """Vectors (x, y, z[, w]) as arrays; lists and numbers as they are; an
     image (bytes, or a message with ``data`` bytes) decoded with PIL."""
@@ -115,6 +126,9 @@ def load_mcap(
     time_source="log",
     split_gap_s=None,
     marker_topic=None,
+    frames="raw",
+    jpeg_quality=90,
+    resize=None,
     progress=True,
     skip_bad=False,
     device=None,
@@ -138,8 +152,15 @@ def load_mcap(
             timeline longer than this (seconds); None: one episode per file.
         marker_topic: a topic whose every message starts a new episode at
             its time (on the same time source), e.g. a "/episode_start" topic.
+        frames: ``"raw"``, ``"jpeg"`` or ``"png"`` (or a dict stream ->
+            one): how image streams are kept (``EpisodeStore.from_episodes``).
+            Compressed images already in that codec are kept byte for byte.
+        jpeg_quality: JPEG's quality (1 to 100) where frames are encoded here.
+        resize: (H, W): every image stream resized once, at load.
         progress: show a progress bar.
-        skip_bad: skip files that fail a check (reported) instead of raising.
+        skip_bad: skip files that fail a check (reported) instead of raising
+            (frames kept encoded are then decoded once more, as the file is
+            read, so that a corrupt one skips its file).
         device: build the store there (default: the host).
 
     Every CRC a file carries is checked before its messages are used: the
@@ -160,6 +181,8 @@ def load_mcap(
     fields = field_names(topics)
     wanted = set(topics) | ({marker_topic} if marker_topic else set())
     gap = split_gap_ns(split_gap_s, "load_mcap")
+    topic_of = {name: topic for (topic, _), name in fields.items()}
+    keep = {name: may_keep_encoded(frames, resize, name) for name in fields.values()}
 
     def protobuf_factory():
         try:
@@ -199,16 +222,26 @@ def load_mcap(
                     marks.append(t)
                 for (topic, pick), name in fields.items():
                     if topic == channel.topic:
-                        values[name].append(_array(_pick(message, pick, here), here))
+                        value = _pick(message, pick, here)
+                        image = _compressed(value) if keep[name] else None
+                        values[name].append(_array(value, here) if image is None else image)
                         times[name].append(t)
+            for name in values:
+                if keep[name]:  # compressed images are decoded here or kept encoded
+                    here = f"{where}, topic {topic_of[name]!r}"
+                    values[name] = compressed_stream(
+                        values[name], name, frames, resize, here, verify=skip_bad
+                    )
         streams = stack_streams(where, values, times)
         for name, (_, t) in streams.items():
             if len(t) == 0:
                 raise LoaderError(f"{where}, stream {name!r}: no messages")
         return streams, marks
 
-    episodes = log_episodes(paths, read, gap, skip_bad, "load_mcap")
-    store = EpisodeStore.from_episodes(episodes, progress=progress, device=device)
+    options = dict(frames=frames, jpeg_quality=jpeg_quality, resize=resize)
+    store = log_store(
+        paths, read, gap, skip_bad, "load_mcap", progress=progress, device=device, **options
+    )
     warn_unprotected("load_mcap", unprotected)
     return store
 

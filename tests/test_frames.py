@@ -304,3 +304,16 @@ def test_host_decoders_agree_and_the_fast_idct_is_an_option(monkeypatch):
         FrameDecoding(idct="slow")
     with pytest.raises(TypeError, match="decoding must be a robocache.data.frames.FrameDecoding"):
         WindowSampler(enc, {"cam": [0.0]}, decoding={"idct": "fast"})
+
+
+def test_an_episode_without_frames_keeps_the_stream_and_its_statistics():
+    frames = camera_frames(4, 8, 8)
+    blobs = [jpeg(f.numpy()) for f in frames]
+    t = torch.arange(4) * 100 * MS
+    empty = EncodedFrames([], "jpeg", shape=(8, 8, 3))
+    eps = [{"cam": (EncodedFrames(blobs, "jpeg"), t)}, {"cam": (empty, t[:0]), "length": 0}]
+    for form in ("jpeg", "raw", "png"):
+        store = EpisodeStore.from_episodes(eps, frames=form, progress=False)
+        assert store["cam"].offsets.tolist() == [0, 4, 4] and "mean" in store["cam"].stats, form
+    resized = EpisodeStore.from_episodes(eps, frames="jpeg", resize=(4, 4), progress=False)
+    assert resized["cam"].sample_shape == (4, 4, 3)

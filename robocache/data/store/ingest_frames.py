@@ -87,7 +87,10 @@ def _from_encoded(key, source, where, options):
         shape = source.shape
         if shape is None:
             raise ValueError(f"{_WHERE}: {where}: no frames, and no shape given for them")
-        return Frames([], FrameEncoding(source.codec, shape, torch.uint8))
+        empty = torch.empty((0, *shape), dtype=torch.uint8)
+        if form == source.codec and options.size is None:
+            return Frames([], FrameEncoding(source.codec, shape, torch.uint8), empty)
+        return prepare(key, empty, where, options)
     shape, dtype = source.shape, torch.uint8
     probed, dtype = host_codec.probe(source.images[0], source.codec, f"{where}, frame 0")
     if shape is None:

@@ -22,12 +22,14 @@ from .loaders import (
     load_robomimic,
     load_zarr,
 )
+from .mixture import Mixture
 from .sampler import WindowSampler
 from .store import EpisodeStore, PackedStream
 
 __all__ = [
     "EpisodeStore",
     "LoaderError",
+    "Mixture",
     "PackedStream",
     "WindowSampler",
     "load_bag",

@@ -11,11 +11,13 @@ import torch
 
 from .._device import resolve_device
 from ..frames import FrameDecoding
+from ..mixture import Mixture
 from ..time import ns_to_seconds
 from . import order, plan, transform
 from .calls import WindowCalls
 from .decode import FrameKey
 from .graphs import COUNTS_REFERENCES, BatchGraphs
+from .mixed import MixtureSampler
 from .prefetch import prefetched
 from .readahead import MappedKey, ReadAhead
 
@@ -32,7 +34,9 @@ class WindowSampler:
     Args:
         store: an EpisodeStore (on the GPU, or in pinned host memory with
             ``device="cuda"``: then windows are cut on the host and each
-            batch is copied to the device).
+            batch is copied to the device), or a ``Mixture`` of stores (see
+            docs/data.md, "Mixtures": keys in the mixture's names, each
+            window's store drawn by weight, ``len()`` its ``epoch_steps``).
         delta_timestamps: key -> a sequence of offsets in seconds from the
             anchor time (any real values). Each key is sampled on its own
             clock at ``anchor_time + delta``.
@@ -113,6 +117,13 @@ class WindowSampler:
     it directly, not inside a DataLoader's workers (each worker would draw
     every batch; it raises there).
     """
+
+    def __new__(cls, store, *args, **kwargs):
+        # A Mixture is sampled by a sampler of its own (mixed.py), which cuts
+        # each store's part of a batch with a WindowSampler of that store.
+        if isinstance(store, Mixture):
+            return MixtureSampler(cls, store, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,

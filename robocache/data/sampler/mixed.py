@@ -1,0 +1,201 @@
+"""Batches of a ``Mixture``: each window's store is drawn by weight, then
+its anchor uniformly among that store's anchors; each store with windows in
+the batch is cut with one call of its own sampler (its own keys, rates,
+statistics and placement), and the parts are scattered into one batch in
+the mixture's names.
+
+The draws are made on the host from (seed, step, rank), with torch's CPU
+generator: splitting a batch between stores needs each store's count on
+the host, and drawing them there needs no read back from the GPU."""
+
+import hashlib
+import math
+
+import torch
+
+from ..mixture import Mixture
+from .prefetch import prefetched
+
+_WHERE = "WindowSampler"
+# The batch's fields that every store's sampler gives, besides the keys.
+_ROW_FIELDS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
+
+
+def _translate(per_key, mixture, i):
+    """A per-key dict in the mixture's names as store i's (keys it lacks dropped)."""
+    if not isinstance(per_key, dict):
+        return per_key
+    out = {}
+    for key, value in per_key.items():
+        own = mixture.store_key(i, key)
+        if own is not None:
+            out[own] = value
+    return out
+
+
+class MixtureSampler:
+    """``WindowSampler(mixture, ...)``: see WindowSampler; the mixture's own
+    options are on ``Mixture``. ``len()`` is ``epoch_steps``."""
+
+    def __init__(self, store_sampler, mixture, delta_timestamps, **options):
+        """``store_sampler``: the class that samples one store (WindowSampler)."""
+        if not isinstance(mixture, Mixture):
+            raise TypeError(f"{_WHERE}: expected a Mixture; got {type(mixture).__name__}")
+        if not isinstance(delta_timestamps, dict) or not delta_timestamps:
+            raise ValueError(f"{_WHERE}: delta_timestamps must be a non-empty dict key -> deltas")
+        unknown = sorted(set(delta_timestamps) - set(mixture.keys()))
+        if unknown:
+            raise ValueError(
+                f"{_WHERE}: delta_timestamps names {unknown}, which no store of the mixture has "
+                f"(the mixture's keys: {mixture.keys()})"
+            )
+        if options.pop("shuffle", True) is not True or options.pop("drop_last", False):
+            raise ValueError(
+                f"{_WHERE}: a mixture's batches are drawn at random, step by step: shuffle=False "
+                "and drop_last=True do not apply"
+            )
+        self.mixture, self.keys = mixture, list(delta_timestamps)
+        self.batch_size = options.get("batch_size", 256)
+        self.seed = options.get("seed", 0)
+        self.fill = mixture.fill
+        self.prefetch = options.pop("prefetch", 1)
+        anchor = options.pop("anchor", None)
+        self.samplers, self.task_offsets, tasks = [], [], []
+        for i, store in enumerate(mixture.stores):
+            own = {mixture.store_key(i, k): d for k, d in delta_timestamps.items()}
+            own.pop(None, None)
+            if not own:
+                raise ValueError(
+                    f"{_WHERE}: the mixture's store {i} has none of the keys asked for"
+                )
+            per_store = {name: _translate(value, mixture, i) for name, value in options.items()}
+            per_store["anchor"] = mixture.store_key(i, anchor) if anchor is not None else None
+            try:
+                sampler = store_sampler(store, own, prefetch=0, **per_store)
+            except (ValueError, TypeError) as e:
+                raise type(e)(f"{e} (the mixture's store {i})") from None
+            self.samplers.append(sampler)
+            self.task_offsets.append(len(tasks))
+            tasks.extend(store.tasks)
+        self.tasks = tasks
+        self.rank, self.world_size = self.samplers[0].rank, self.samplers[0].world_size
+        self.device = self.samplers[0].device
+        self._layout = self._check_layout()
+        self._windows = {key: len(delta_timestamps[key]) for key in self.keys}
+        anchors = sum(s.num_anchors for s in self.samplers)
+        self.epoch_steps = mixture.epoch_steps or max(
+            1, math.ceil(anchors / (self.batch_size * self.world_size))
+        )
+        self.epoch = 0
+        on_gpu = self.device.type == "cuda"
+        self._cuda_stream = torch.cuda.Stream(self.device) if on_gpu and self.prefetch else None
+
+    def _check_layout(self):
+        """key -> (dtype, per-store sample shapes, widest shape): a probe batch of
+        one window from each store; keys whose 1-D samples differ in width are
+        padded to the widest, other differences are errors."""
+        layout = {}
+        probes = [s.batch_at(s._anchors[:1]) for s in self.samplers]
+        for key in self.keys:
+            found = {}
+            for i, probe in enumerate(probes):
+                own = self.mixture.store_key(i, key)
+                if own is not None:
+                    found[i] = probe[own]
+            dtypes = {str(t.dtype) for t in found.values()}
+            if len(dtypes) > 1:
+                raise ValueError(f"{_WHERE}: {key!r} is {sorted(dtypes)} in different stores")
+            shapes = {i: tuple(t.shape[2:]) for i, t in found.items()}
+            distinct = set(shapes.values())
+            if len(distinct) > 1 and not all(len(s) == 1 for s in distinct):
+                a, b = sorted(distinct)[:2]
+                raise ValueError(
+                    f"{_WHERE}: {key!r} is {a} in one store and {b} in another: resize the "
+                    "frames at ingest (resize=) so that every store's are alike"
+                )
+            widest = max(distinct)
+            layout[key] = (next(iter(found.values())).dtype, shapes, widest, len(distinct) > 1)
+        return layout
+
+    def set_epoch(self, epoch):
+        if isinstance(epoch, bool) or not isinstance(epoch, int):
+            raise ValueError(f"{_WHERE}.set_epoch: epoch must be an int; got {epoch!r}")
+        self.epoch = epoch
+
+    def __len__(self):
+        return self.epoch_steps
+
+    def __iter__(self):
+        steps = range(self.epoch * self.epoch_steps, (self.epoch + 1) * self.epoch_steps)
+        if self._cuda_stream is None:
+            for step in steps:
+                yield self.batch_at_step(step)
+        else:
+            yield from prefetched(self.batch_at_step, steps, self._cuda_stream, self.prefetch)
+
+    def draws(self, step):
+        """(store of each window (B,), anchor position of each window within
+        its store's anchors (B,)), fixed by (seed, step, rank), on the host."""
+        digest = hashlib.sha256(f"{self.seed},{step},{self.rank}".encode()).digest()
+        generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+        stores = torch.multinomial(
+            self.mixture.weights, self.batch_size, replacement=True, generator=generator
+        )
+        sizes = torch.tensor([s.num_anchors for s in self.samplers])[stores]
+        within = torch.rand(self.batch_size, generator=generator, dtype=torch.float64) * sizes
+        return stores, within.long().clamp_(max=sizes - 1)
+
+    def batch_at_step(self, step):
+        """The batch of global step ``step``."""
+        stores, within = self.draws(step)
+        batch = self._empty(stores)
+        for i, sampler in enumerate(self.samplers):
+            where = (stores == i).nonzero().view(-1)
+            if where.numel() == 0:
+                continue
+            rows = sampler._anchors[within[where].to(sampler._anchors.device)]
+            part = sampler.batch_at(rows)
+            self._scatter(batch, part, i, where.to(self.device, non_blocking=True))
+        return batch
+
+    def _empty(self, stores):
+        """Every key's windows filled, all padding, before any store's part."""
+        B, device = stores.numel(), self.device
+        batch = {}
+        for key in self.keys:
+            dtype, _, widest, ragged = self._layout[key]
+            T = self._windows[key]
+            fill = self.fill if dtype.is_floating_point else 0
+            batch[key] = torch.full((B, T, *widest), fill, dtype=dtype, device=device)
+            batch[f"{key}_is_pad"] = torch.ones((B, T), dtype=torch.bool, device=device)
+            if ragged:
+                batch[f"{key}_mask"] = torch.zeros((B, widest[0]), dtype=torch.bool, device=device)
+        batch["dataset_index"] = stores.to(device, non_blocking=True)
+        return batch
+
+    def _scatter(self, batch, part, i, where):
+        B = self.batch_size
+        for key in self.keys:
+            own = self.mixture.store_key(i, key)
+            ragged = self._layout[key][3]
+            if own is None:
+                continue
+            values, pad = part[own], part[f"{own}_is_pad"]
+            target = batch[key]
+            if ragged:
+                target = target.narrow(-1, 0, values.shape[-1])
+                batch[f"{key}_mask"][:, : values.shape[-1]].index_fill_(0, where, True)
+            target.index_copy_(0, where, values)
+            batch[f"{key}_is_pad"].index_copy_(0, where, pad)
+            age = part.get(f"{own}_age")
+            if age is not None:
+                if f"{key}_age" not in batch:
+                    batch[f"{key}_age"] = torch.zeros_like(batch[f"{key}_is_pad"], dtype=age.dtype)
+                batch[f"{key}_age"].index_copy_(0, where, age)
+        for name in _ROW_FIELDS:
+            t = part[name]
+            if name not in batch:
+                batch[name] = torch.zeros((B,), dtype=t.dtype, device=self.device)
+            if name == "task_index":
+                t = t + self.task_offsets[i]
+            batch[name].index_copy_(0, where, t)

@@ -171,3 +171,28 @@ def test_a_mixture_of_placements_and_encodings(stores, tmp_path):
     rows = batch["dataset_index"] == 1
     own = WindowSampler(mapped_png, {"top": [0.0]}, images="float").batch_at(batch["index"][rows])
     assert batch["top"].dtype == torch.float32 and torch.equal(batch["top"][rows], own["top"])
+
+
+def test_the_mixture_example_trains_on_lerobot_and_rlds(tmp_path):
+    pytest.importorskip("av", reason="the lerobot extra: pip install robocache[lerobot]")
+    pytest.importorskip("pyarrow", reason="the lerobot extra: pip install robocache[lerobot]")
+    pytest.importorskip("tfrecord", reason="the rlds extra: pip install robocache[rlds]")
+    pytest.importorskip("PIL", reason="the frames extra: pip install robocache[frames]")
+    import os
+    import subprocess
+    import sys
+
+    from fixtures.images import jpeg
+    from fixtures.lerobot import write_lerobot
+    from fixtures.rlds import write_rlds
+
+    write_lerobot(tmp_path / "lerobot", lengths=(12, 9))
+    write_rlds(tmp_path / "rlds", lengths=(6, 8, 5), encode=jpeg, smooth=True, seed=0)
+    example = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "train_mixture.py"
+    )
+    command = [sys.executable, example, str(tmp_path / "lerobot"), str(tmp_path / "rlds"),
+               "--steps", "4", "--batch-size", "8", "--size", "16", "--device", "cpu"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "step 4: loss" in result.stdout and "Mixture(2 stores" in result.stdout

@@ -5,6 +5,7 @@ checkout's root as ``python -m benchmark.<script> --help``:
 - sampler: WindowSampler against the peers that cut the same windows;
 - ingest: each loader, from its files to a store;
 - frames: JPEG frames against raw (size), and each decoder's rate;
+- mixture: a mixture batch against a single store's;
 - e2e: what the data path costs a training step (its loaders part in
   e2e_loaders.py, its policies in e2e_policies.py, its measurement in
   e2e_measure.py).

@@ -21,7 +21,7 @@ import robocache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPU_ONLY = [("ops", "kernels"), ("ops", "ncu")]
-SCRIPTS = ["ops", "sampler", "ingest", "e2e", "tiers", "frames"]
+SCRIPTS = ["ops", "sampler", "ingest", "e2e", "tiers", "frames", "mixture"]
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +235,12 @@ def test_frames_benchmark_runs_small(workdir, tmp_path):
     assert {"pil", "robocache-host"} <= {row["decoder"] for row in rows}
     assert all(row["frames_per_s"] > 0 and row["raw_over_jpeg"] > 1 for row in rows)
     assert all(row["max_levels_from_pil"] == 0 for row in rows if "fastdct" not in row["decoder"])
+
+
+def test_mixture_benchmark_runs_small(workdir, tmp_path):
+    out = tmp_path / "rows.json"
+    r = _run(workdir, "mixture", "--small", "--device", "cpu", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["single_ms"] > 0 and row["mixture_ms"] > 0
+    assert abs(sum(row["drawn_shares"]) - 1) < 1e-6 and len(row["weights"]) == 3

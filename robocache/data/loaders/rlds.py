@@ -25,78 +25,13 @@ import numpy as np
 
 from ..store import EpisodeStore
 from ._common import LoaderError, frame_times, keeps_encoded, reading, skipping
+from ._rlds_features import step_features
 from ._rlds_images import image_steps
 from ._tfrecord import tfrecords
 
 __all__ = ["load_rlds"]
 
-_DTYPES = {
-    "float16": np.float16,
-    "float32": np.float32,
-    "float64": np.float64,
-    "int8": np.int8,
-    "int16": np.int16,
-    "int32": np.int32,
-    "int64": np.int64,
-    "uint8": np.uint8,
-    "uint16": np.uint16,
-    "uint32": np.uint32,
-    "uint64": np.uint64,
-    "bool": np.bool_,
-    "string": object,
-}
-# TFDS feature kinds load_rlds does not read (a leaf of these is left out);
-# a leaf of no kind TFDS writes is an error: features.json is corrupt.
-_OTHER_KINDS = (
-    "classLabel",
-    "video",
-    "audio",
-    "boundingBox",
-    "translation",
-    "translationVariableLanguages",
-    "sequence",
-    "jsonFeature",
-)
 _SHARD = re.compile(r"-(\d+)-of-(\d+)$")
-
-
-def _step_features(spec, where, prefix=""):
-    """(path, shape, dtype, image encoding or None) of every leaf under a
-    TFDS FeaturesDict JSON that load_rlds reads."""
-    out = []
-    for name, feature in spec["featuresDict"]["features"].items():
-        path = prefix + name
-        if "featuresDict" in feature:
-            out += _step_features(feature, where, path + "/")
-        elif "image" in feature:
-            image = feature["image"]
-            shape = tuple(int(d) for d in image["shape"]["dimensions"])
-            out.append((path, shape, np.uint8, image.get("encodingFormat", "png")))
-        elif "tensor" in feature:
-            tensor = feature["tensor"]
-            shape = tuple(int(d) for d in tensor["shape"].get("dimensions", []))
-            if tensor["dtype"] not in _DTYPES:
-                raise LoaderError(
-                    f"{where}: features.json gives steps/{path} the dtype {tensor['dtype']!r}; "
-                    f"load_rlds reads {sorted(_DTYPES)}"
-                )
-            out.append((path, shape, _DTYPES[tensor["dtype"]], None))
-        elif "text" in feature:
-            out.append((path, (), object, None))
-        elif not any(kind in feature for kind in _OTHER_KINDS):
-            raise LoaderError(
-                f"{where}: features.json gives steps/{path} no feature kind TFDS writes "
-                f"(its keys: {sorted(feature)})"
-            )
-    return out
-
-
-def _steps_spec(features, where):
-    try:
-        steps = features["featuresDict"]["features"]["steps"]
-        return steps["sequence"]["feature"]
-    except KeyError as e:
-        raise LoaderError(f"{where}: features.json has no steps sequence ({e})") from e
 
 
 def _shard_lengths(directory, split, where):
@@ -225,10 +160,7 @@ def load_rlds(
     with reading(where, "features.json"):
         with open(os.path.join(directory, "features.json"), encoding="utf-8") as f:
             features = json.load(f)
-        leaves = {
-            path: (shape, dtype, enc)
-            for path, shape, dtype, enc in _step_features(_steps_spec(features, where), where)
-        }
+        leaves = step_features(features, where)
     if keys is None:
         keys = [p for p, (_, dtype, _) in leaves.items() if dtype is not object]
     for key in keys:

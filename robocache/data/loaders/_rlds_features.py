@@ -79,3 +79,22 @@ def step_features(features, where):
         path: (shape, dtype, encoding)
         for path, shape, dtype, encoding in leaf_features(spec, where, "steps")
     }
+
+
+def metadata_features(features, where):
+    """path -> (shape, dtype) of each ``episode_metadata`` feature load_rlds
+    keeps (numbers, bools and strings; images are left out), or {} where
+    features.json declares none."""
+    spec = features["featuresDict"]["features"].get("episode_metadata")
+    if spec is None:
+        return {}
+    if "featuresDict" not in spec:
+        raise LoaderError(
+            f"{where}: features.json gives episode_metadata no featuresDict "
+            f"(its keys: {sorted(spec)})"
+        )
+    return {
+        path: (shape, dtype)
+        for path, shape, dtype, encoding in leaf_features(spec, where, "episode_metadata")
+        if encoding is None
+    }

@@ -25,8 +25,9 @@ import numpy as np
 
 from ..store import EpisodeStore
 from ._common import LoaderError, frame_times, keeps_encoded, reading, skipping
-from ._rlds_features import step_features
+from ._rlds_features import metadata_features, step_features
 from ._rlds_images import image_steps
+from ._rlds_meta import episode_metadata, feature_values
 from ._tfrecord import tfrecords
 
 __all__ = ["load_rlds"]
@@ -134,6 +135,17 @@ def load_rlds(
     Streams are named by their path under ``steps/``. The task is the first
     step's ``language_instruction`` where there is one.
 
+    Each episode's ``episode_metadata`` (every feature features.json declares
+    under it, such as ``file_path``; images left out) is
+    ``store.info["episode_metadata"]``: name -> a list with one JSON value per
+    episode, in store order: bytes decoded as UTF-8 strings, numbers and
+    bools as such, a feature with a shape as nested lists. ``save`` and
+    ``load`` keep it. ``take_shard`` (and ``load(shard=...)``) does not slice
+    ``store.info``: a shard's episode e is the whole store's
+    ``shard.ranges[shard.rank][0] + e``. A value that does not fill the
+    shape declared, is of another kind (numbers for strings), or is not
+    UTF-8, is a LoaderError naming the shard, episode and key.
+
     Each record's two CRCs are checked (its length's and its data's), and
     each shard's episodes are counted against dataset_info.json. A shard that
     is missing (the shards' names say how many there are), empty, cut short,
@@ -161,6 +173,7 @@ def load_rlds(
         with open(os.path.join(directory, "features.json"), encoding="utf-8") as f:
             features = json.load(f)
         leaves = step_features(features, where)
+        metadata_leaves = metadata_features(features, where)
     if keys is None:
         keys = [p for p, (_, dtype, _) in leaves.items() if dtype is not object]
     for key in keys:
@@ -231,22 +244,23 @@ def load_rlds(
                 f = feature.get(f"steps/{key}")
                 if f is None:
                     raise LoaderError(f"{here}: no steps/{key}")
+                at = f"{here}, key {key!r}"
                 if encoding is not None:
                     values = image_steps(
-                        list(f.bytes_list.value),
+                        feature_values(f, object, at),
                         shape,
                         lambda codec, key=key: keeps_encoded(frames, resize, key, codec),
                         decode_on,
-                        f"{here}, key {key!r}",
+                        at,
                     )
                 else:
-                    flat = f.float_list.value if f.HasField("float_list") else f.int64_list.value
+                    flat = feature_values(f, dtype, at)
                     size = int(np.prod(shape)) if shape else 1
                     if len(flat) % size:
                         raise LoaderError(
-                            f"{here}, key {key!r}: {len(flat)} values are not whole steps of {shape}"
+                            f"{at}: {len(flat)} values are not whole steps of {shape}"
                         )
-                    values = np.asarray(flat).astype(dtype).reshape(-1, *shape)
+                    values = flat.reshape(-1, *shape)
                 if n is None:
                     n = len(values)
                 elif len(values) != n:
@@ -259,7 +273,7 @@ def load_rlds(
                 texts = language.bytes_list.value
                 out["task"] = texts[0].decode("utf-8", "replace") if texts else ""
             out["length"] = n or 0
-            return out
+            return out, episode_metadata(feature, metadata_leaves, here)
 
     names = []  # by episode_index: the shard and the place in it
 
@@ -269,9 +283,12 @@ def load_rlds(
             yield name, functools.partial(episode, name, raw, problem, i)
 
     read, in_hand, ended = [], [None], []
+    kept_metadata = {name: [] for name in metadata_leaves}  # in store order
 
     def episodes():
-        for e in skipping(items(), skip_bad, where):
+        for e, metadata in skipping(items(), skip_bad, where):
+            for name, value in metadata.items():
+                kept_metadata[name].append(value)
             read.append(e["episode_index"])
             in_hand[0] = names[e["episode_index"]]
             yield e  # from_episodes packs it before it asks for the next
@@ -300,6 +317,8 @@ def load_rlds(
         raise
     store.info["episodes_loaded"] = store.num_episodes
     store.info["episodes_expected"] = None if lengths is None else sum(lengths)
+    if metadata_leaves:
+        store.info["episode_metadata"] = kept_metadata
     if lost:
         warnings.warn(
             f"{where}: skipped {len(lost)} bad shard(s):\n  " + "\n  ".join(lost), stacklevel=2

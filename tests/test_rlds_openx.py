@@ -1,0 +1,99 @@
+"""What an Open-X user needs of load_rlds beyond the step streams: each
+episode's episode_metadata, per-step language as a stream, and a dataset
+folder of TFDS version folders. Shards written with the tfrecord package's
+writer (tf.train.Example episodes) and a TFDS features.json."""
+
+import pytest
+
+pytest.importorskip("tfrecord", reason="the rlds extra: pip install robocache[rlds]")
+pytest.importorskip("PIL", reason="the rlds extra: pip install robocache[rlds]")
+
+from fixtures.rlds import FPS, tensor, text, write_rlds  # noqa: E402
+
+from robocache.data import EpisodeStore, LoaderError, load_rlds  # noqa: E402
+
+SHARD0 = "demo-train.tfrecord-00000-of-00002"  # episodes 0 and 1 (of lengths 3, 1)
+SHARD1 = "demo-train.tfrecord-00001-of-00002"  # episode 2 (of length 5)
+
+
+def open_x_metadata():
+    """episode_metadata as Open-X datasets declare it: a source path (text),
+    an id, a flag, and a small float tensor."""
+    return {
+        "file_path": (text(), lambda e: ([f"/raw/run_{e}/traj.h5".encode()], "byte")),
+        "episode_id": (tensor([], "int64"), lambda e: ([100 + e], "int")),
+        "has_language": (tensor([], "bool"), lambda e: ([e % 2], "int")),
+        "gains": (tensor([2], "float32"), lambda e: ([0.5 * e, 1.25], "float")),
+    }
+
+
+EXPECTED_METADATA = {
+    "file_path": ["/raw/run_0/traj.h5", "/raw/run_1/traj.h5", "/raw/run_2/traj.h5"],
+    "episode_id": [100, 101, 102],
+    "has_language": [False, True, False],
+    "gains": [[0.0, 1.25], [0.5, 1.25], [1.0, 1.25]],
+}
+
+
+def test_episode_metadata_is_kept_per_episode_through_save_and_shards(tmp_path):
+    write_rlds(tmp_path / "ds", metadata=open_x_metadata())
+    store = load_rlds(tmp_path / "ds", fps=FPS, progress=False)
+    assert store.info["episode_metadata"] == EXPECTED_METADATA
+    assert type(store.info["episode_metadata"]["episode_id"][0]) is int
+    store.save(tmp_path / "store")
+    loaded = EpisodeStore.load(tmp_path / "store")
+    assert loaded.info["episode_metadata"] == EXPECTED_METADATA
+    # A shard keeps the whole store's info: its episode e is the store's first + e.
+    for shard in (store.take_shard(1, 2), EpisodeStore.load(tmp_path / "store", shard=(1, 2))):
+        first, end = shard.shard.ranges[1]
+        assert shard.info["episode_metadata"] == EXPECTED_METADATA
+        paths = shard.info["episode_metadata"]["file_path"][first:end]
+        ids = shard.episodes["episode_index"].tolist()
+        assert paths == [f"/raw/run_{i}/traj.h5" for i in ids] and len(ids) == end - first
+
+
+def test_a_dataset_without_episode_metadata_has_none(tmp_path):
+    write_rlds(tmp_path)
+    assert "episode_metadata" not in load_rlds(tmp_path, fps=FPS, progress=False).info
+
+
+def test_episode_metadata_of_skipped_episodes_is_left_out(tmp_path):
+    metadata = open_x_metadata()
+    leaf, _ = metadata["episode_id"]
+    metadata["episode_id"] = (leaf, lambda e: ([7, 8] if e == 1 else [100 + e], "int"))
+    write_rlds(tmp_path, metadata=metadata)
+    message = rf"{SHARD0}, episode 1, key 'episode_metadata/episode_id': 2 values do not fill"
+    with pytest.raises(LoaderError, match=message):
+        load_rlds(tmp_path, fps=FPS, progress=False)
+    with pytest.warns(UserWarning, match=message):
+        store = load_rlds(tmp_path, fps=FPS, progress=False, skip_bad=True)
+    assert store.episodes["episode_index"].tolist() == [0, 2]
+    kept = {k: [v[0], v[2]] for k, v in EXPECTED_METADATA.items()}
+    assert store.info["episode_metadata"] == kept
+
+
+GOOD = {
+    "file_path": (text(), ([b"/raw/run/traj.h5"], "byte")),
+    "episode_id": (tensor([], "int64"), ([7], "int")),
+    "gains": (tensor([2], "float32"), ([0.5, 1.0], "float")),
+}
+
+
+@pytest.mark.parametrize(
+    "name, bad, problem",
+    [
+        ("file_path", ([1.5], "float"), "features.json declares strings; the record holds floats"),
+        ("episode_id", ([b"7"], "byte"), "features.json declares numbers; the record holds bytes"),
+        ("file_path", ([b"/raw/\xff.h5"], "byte"), "a string is not UTF-8"),
+        ("gains", ([0.5], "float"), r"1 values do not fill the shape \(2,\)"),
+        ("episode_id", ([], "int"), r"0 values do not fill the shape \(\)"),
+    ],
+    ids=["numbers for a string", "bytes for a number", "not UTF-8", "too few", "none"],
+)
+def test_bad_episode_metadata_names_shard_episode_and_key(tmp_path, name, bad, problem):
+    leaf, good = GOOD[name]
+    write_rlds(tmp_path, metadata={name: (leaf, lambda e: bad if e == 2 else good)})
+    with pytest.raises(
+        LoaderError, match=rf"{SHARD1}, episode 0, key 'episode_metadata/{name}': {problem}"
+    ):
+        load_rlds(tmp_path, fps=FPS, progress=False)

@@ -4,6 +4,7 @@ folder of TFDS version folders. Shards written with the tfrecord package's
 writer (tf.train.Example episodes) and a TFDS features.json."""
 
 import pytest
+import torch
 
 pytest.importorskip("tfrecord", reason="the rlds extra: pip install robocache[rlds]")
 pytest.importorskip("PIL", reason="the rlds extra: pip install robocache[rlds]")
@@ -97,3 +98,70 @@ def test_bad_episode_metadata_names_shard_episode_and_key(tmp_path, name, bad, p
         LoaderError, match=rf"{SHARD1}, episode 0, key 'episode_metadata/{name}': {problem}"
     ):
         load_rlds(tmp_path, fps=FPS, progress=False)
+
+
+def pick_then_place(e, n):
+    """Language that changes within an episode, shared across episodes:
+    episode 0 (3 steps) ["pick 0", "place", "place"], episode 1 (1 step)
+    ["place"], episode 2 (5 steps) ["pick 2", "pick 2", "place", ...]."""
+    return [f"pick {e}" if k < n // 2 else "place" for k in range(n)]
+
+
+def test_language_asked_for_is_a_per_step_index_stream(tmp_path):
+    episodes = write_rlds(tmp_path / "ds", language=pick_then_place)
+    keys = ["action", "language_instruction"]
+    store = load_rlds(tmp_path / "ds", fps=FPS, keys=keys, progress=False)
+    strings = store.info["strings"]["language_instruction"]
+    assert strings == ["pick 0", "place", "pick 2"]
+    stream = store["language_instruction"]
+    assert stream.values.dtype == torch.int64 and stream.sample_shape == ()
+    assert stream.values.tolist() == [0, 1, 1, 1, 2, 2, 1, 1, 1]
+    assert [strings[i] for i in stream.values] == sum((ep["language"] for ep in episodes), [])
+    assert torch.equal(stream.offsets, store["action"].offsets)
+    assert torch.equal(stream.times, store["action"].times)
+    assert store.tasks == ["pick 0", "place", "pick 2"]  # each episode's first step, as before
+    store.save(tmp_path / "store")
+    loaded = EpisodeStore.load(tmp_path / "store", shard=(1, 2))
+    assert loaded.info["strings"] == {"language_instruction": strings}
+    first, end = loaded.shard.ranges[1]
+    written = sum((ep["language"] for ep in episodes[first:end]), [])
+    assert [strings[i] for i in loaded["language_instruction"].values] == written
+
+
+def test_language_not_asked_for_is_no_stream(tmp_path):
+    write_rlds(tmp_path, language=pick_then_place)
+    store = load_rlds(tmp_path, fps=FPS, progress=False)
+    assert "language_instruction" not in store.keys() and "strings" not in store.info
+
+
+def test_strings_of_skipped_episodes_are_not_in_the_table(tmp_path):
+    def language(e, n):  # episode 1's instruction is not UTF-8
+        return ([b"\xff"] * n, "byte") if e == 1 else [f"task {e}"] * n
+
+    write_rlds(tmp_path, language=language)
+    keys = ["language_instruction"]
+    with pytest.warns(UserWarning, match=rf"{SHARD0}, episode 1, .*a string is not UTF-8"):
+        store = load_rlds(tmp_path, fps=FPS, keys=keys, progress=False, skip_bad=True)
+    assert store.info["strings"]["language_instruction"] == ["task 0", "task 2"]
+    assert store["language_instruction"].values.tolist() == [0, 0, 0, 1, 1, 1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    "written, problem",
+    [
+        (([0.5] * 5, "float"), "features.json declares strings; the record holds floats"),
+        (([1] * 5, "int"), "features.json declares strings; the record holds integers"),
+        (([b"\xffpick"] * 5, "byte"), "a string is not UTF-8"),
+        (([b"pick"] * 4, "byte"), "4 steps, other features have 5"),
+    ],
+    ids=["floats", "integers", "not UTF-8", "too few steps"],
+)
+def test_bad_language_names_shard_episode_and_key(tmp_path, written, problem):
+    def language(e, n):
+        return written if e == 2 else [f"task {e}"] * n
+
+    write_rlds(tmp_path, language=language)
+    with pytest.raises(
+        LoaderError, match=rf"{SHARD1}, episode 0, key 'language_instruction': {problem}"
+    ):
+        load_rlds(tmp_path, fps=FPS, keys=["action", "language_instruction"], progress=False)

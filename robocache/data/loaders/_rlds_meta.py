@@ -1,6 +1,7 @@
 """What an RLDS record holds beyond its numeric and image steps: each
-feature's values checked against the kind features.json declares, and an
-episode's ``episode_metadata`` as JSON values."""
+feature's values checked against the kind features.json declares, an
+episode's ``episode_metadata`` as JSON values, and per-step strings (such as
+``language_instruction``) as indices into their distinct strings."""
 
 import numpy as np
 
@@ -48,6 +49,40 @@ def episode_metadata(feature, leaves, here):
                 f"{at}: {len(values)} values do not fill the shape {shape} features.json declares"
             ) from None
     return out
+
+
+def string_steps(blobs, shape, here):
+    """A per-step string feature's steps: (its distinct strings, in the order
+    they first appear, and (n, *shape) int64, each step's index into them)."""
+    size = int(np.prod(shape)) if shape else 1
+    if len(blobs) % size:
+        raise LoaderError(f"{here}: {len(blobs)} strings are not whole steps of {shape}")
+    distinct, first, inverse = np.unique(
+        np.array(blobs, dtype=object), return_index=True, return_inverse=True
+    )
+    order = np.argsort(first)
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    strings = [_utf8(b, here) for b in distinct[order]]
+    return strings, rank[inverse.reshape(-1)].reshape(-1, *shape)
+
+
+class StringTables:
+    """Each string key's distinct strings over the episodes kept, in the
+    order they first appear (``store.info["strings"]``)."""
+
+    def __init__(self, keys):
+        self.tables = {key: {} for key in keys}
+
+    def indices(self, key, strings, local):
+        """An episode's ``local`` indices into its own ``strings`` as
+        indices into the key's table (which gains the strings new to it)."""
+        table = self.tables[key]
+        lookup = np.array([table.setdefault(s, len(table)) for s in strings], dtype=np.int64)
+        return lookup[local]
+
+    def info(self):
+        return {key: list(table) for key, table in self.tables.items()}
 
 
 def _utf8(blob, here):

@@ -27,7 +27,7 @@ from ..store import EpisodeStore
 from ._common import LoaderError, frame_times, keeps_encoded, reading, skipping
 from ._rlds_features import metadata_features, step_features
 from ._rlds_images import image_steps
-from ._rlds_meta import episode_metadata, feature_values
+from ._rlds_meta import StringTables, episode_metadata, feature_values, string_steps
 from ._tfrecord import tfrecords
 
 __all__ = ["load_rlds"]
@@ -116,7 +116,8 @@ def load_rlds(
         fps: the control rate (RLDS stores no timestamps): step k at k / fps.
         keys: step features to load, as paths under ``steps/``
             (``"observation/image"``, ``"action"``); default: every numeric
-            and image feature.
+            and image feature. A string feature is loaded where named here
+            (``"language_instruction"``: see below).
         split: the shards ``*-<split>.tfrecord-*``.
         decode_on: None (PIL on the CPU) or a device for torchvision's decoder
             (``"cuda"``), for the images that are decoded here.
@@ -134,6 +135,14 @@ def load_rlds(
 
     Streams are named by their path under ``steps/``. The task is the first
     step's ``language_instruction`` where there is one.
+
+    A per-step string feature named in ``keys`` (``language_instruction``,
+    which may change within an episode) is an int64 stream of that name,
+    (n,) (or (n, *shape) for a string tensor with a shape): each step's index
+    into ``store.info["strings"][key]``, the key's distinct strings (decoded
+    as UTF-8) in the order they first appear in the store. A record whose
+    feature holds numbers, or a string that is not UTF-8, is a LoaderError
+    naming the shard, episode and key.
 
     Each episode's ``episode_metadata`` (every feature features.json declares
     under it, such as ``file_path``; images left out) is
@@ -238,6 +247,7 @@ def load_rlds(
             example.ParseFromString(raw)
             feature = example.features.feature
             out = {"episode_index": index}
+            strings = {}  # string key -> its distinct strings in this episode
             n = None
             for key in keys:
                 shape, dtype, encoding = leaves[key]
@@ -253,6 +263,8 @@ def load_rlds(
                         decode_on,
                         at,
                     )
+                elif dtype is object:
+                    strings[key], values = string_steps(feature_values(f, object, at), shape, at)
                 else:
                     flat = feature_values(f, dtype, at)
                     size = int(np.prod(shape)) if shape else 1
@@ -273,7 +285,7 @@ def load_rlds(
                 texts = language.bytes_list.value
                 out["task"] = texts[0].decode("utf-8", "replace") if texts else ""
             out["length"] = n or 0
-            return out, episode_metadata(feature, metadata_leaves, here)
+            return out, episode_metadata(feature, metadata_leaves, here), strings
 
     names = []  # by episode_index: the shard and the place in it
 
@@ -284,11 +296,16 @@ def load_rlds(
 
     read, in_hand, ended = [], [None], []
     kept_metadata = {name: [] for name in metadata_leaves}  # in store order
+    string_keys = [key for key in keys if leaves[key][1] is object and leaves[key][2] is None]
+    string_tables = StringTables(string_keys)
 
     def episodes():
-        for e, metadata in skipping(items(), skip_bad, where):
+        for e, metadata, strings in skipping(items(), skip_bad, where):
             for name, value in metadata.items():
                 kept_metadata[name].append(value)
+            for key, distinct in strings.items():
+                local, times = e[key]
+                e[key] = (string_tables.indices(key, distinct, local), times)
             read.append(e["episode_index"])
             in_hand[0] = names[e["episode_index"]]
             yield e  # from_episodes packs it before it asks for the next
@@ -319,6 +336,8 @@ def load_rlds(
     store.info["episodes_expected"] = None if lengths is None else sum(lengths)
     if metadata_leaves:
         store.info["episode_metadata"] = kept_metadata
+    if string_keys:
+        store.info["strings"] = string_tables.info()
     if lost:
         warnings.warn(
             f"{where}: skipped {len(lost)} bad shard(s):\n  " + "\n  ".join(lost), stacklevel=2

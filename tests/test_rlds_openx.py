@@ -3,6 +3,9 @@ episode's episode_metadata, per-step language as a stream, and a dataset
 folder of TFDS version folders. Shards written with the tfrecord package's
 writer (tf.train.Example episodes) and a TFDS features.json."""
 
+import re
+
+import numpy as np
 import pytest
 import torch
 
@@ -165,3 +168,27 @@ def test_bad_language_names_shard_episode_and_key(tmp_path, written, problem):
         LoaderError, match=rf"{SHARD1}, episode 0, key 'language_instruction': {problem}"
     ):
         load_rlds(tmp_path, fps=FPS, keys=["action", "language_instruction"], progress=False)
+
+
+def test_a_dataset_folder_loads_its_newest_version(tmp_path):
+    """Versions compare as numbers: 1.10.0 is newer than 1.9.0 (and than
+    0.1.0), though not as strings; folders not named as versions are left."""
+    write_rlds(tmp_path / "bridge" / "0.1.0", lengths=(1,))
+    write_rlds(tmp_path / "bridge" / "1.9.0", lengths=(3, 1, 5))
+    newest = write_rlds(tmp_path / "bridge" / "1.10.0", lengths=(2, 4), seed=3)
+    (tmp_path / "bridge" / "downloads").mkdir()
+    (tmp_path / "bridge" / "1.11.0.incomplete").mkdir()
+    store = load_rlds(tmp_path / "bridge", fps=FPS, progress=False)
+    assert store.episodes["length"].tolist() == [2, 4]
+    expected = np.concatenate([ep["action"] for ep in newest])
+    assert torch.equal(store["action"].values, torch.from_numpy(expected))
+    direct = load_rlds(tmp_path / "bridge" / "1.9.0", fps=FPS, progress=False)
+    assert direct.episodes["length"].tolist() == [3, 1, 5]
+
+
+def test_a_newest_version_that_is_not_whole_is_an_error_naming_it(tmp_path):
+    write_rlds(tmp_path / "bridge" / "1.0.0")
+    (tmp_path / "bridge" / "1.1.0").mkdir()  # no features.json: the older one is not taken
+    newest = str(tmp_path / "bridge" / "1.1.0")
+    with pytest.raises(LoaderError, match=rf"load_rlds\({re.escape(newest)}\): cannot read"):
+        load_rlds(tmp_path / "bridge", fps=FPS, progress=False)

@@ -33,6 +33,24 @@ from ._tfrecord import tfrecords
 __all__ = ["load_rlds"]
 
 _SHARD = re.compile(r"-(\d+)-of-(\d+)$")
+_VERSION = re.compile(r"\d+(\.\d+)*")
+
+
+def _version_folder(directory):
+    """``directory`` where it holds features.json or no folder named as a
+    version; else its newest version folder, versions compared as numbers
+    (1.10.0 after 1.9.0)."""
+    if os.path.exists(os.path.join(directory, "features.json")) or not os.path.isdir(directory):
+        return directory
+    versions = [
+        name
+        for name in os.listdir(directory)
+        if _VERSION.fullmatch(name) and os.path.isdir(os.path.join(directory, name))
+    ]
+    if not versions:
+        return directory
+    newest = max(versions, key=lambda name: tuple(int(part) for part in name.split(".")))
+    return os.path.join(directory, newest)
 
 
 def _shard_lengths(directory, split, where):
@@ -111,8 +129,14 @@ def load_rlds(
     """An EpisodeStore of an RLDS dataset directory, one episode per record.
 
     Args:
-        directory: holding ``features.json`` and the TFRecord shards (and
-            ``dataset_info.json``, where TFDS wrote one).
+        directory: a TFDS version folder, holding ``features.json`` and the
+            TFRecord shards (and ``dataset_info.json``, where TFDS wrote
+            one); or the dataset folder above its version folders
+            (``bridge/`` holding ``0.1.0/`` and ``1.0.0/``), of which the
+            newest is taken, without a warning: versions are compared as
+            numbers (``1.10.0`` is newer than ``1.9.0``), and folders not
+            named as a version (digits and dots) are ignored. Errors name
+            the version folder taken.
         fps: the control rate (RLDS stores no timestamps): step k at k / fps.
         keys: step features to load, as paths under ``steps/``
             (``"observation/image"``, ``"action"``); default: every numeric
@@ -133,8 +157,10 @@ def load_rlds(
         device: build the store there (default: the host); each episode moves
             there as it is read, so host memory holds only episodes in flight.
 
-    Streams are named by their path under ``steps/``. The task is the first
-    step's ``language_instruction`` where there is one.
+    The episodes keep TFDS's stored order: shard by shard (by the numbers
+    in the shards' names), and in each shard the records in the order they
+    were written. Streams are named by their path under ``steps/``. The task
+    is the first step's ``language_instruction`` where there is one.
 
     A per-step string feature named in ``keys`` (``language_instruction``,
     which may change within an episode) is an int64 stream of that name,
@@ -177,6 +203,7 @@ def load_rlds(
     from tfrecord import example_pb2
     from tfrecord.writer import TFRecordWriter
 
+    directory = _version_folder(directory)
     where = f"load_rlds({directory})"
     with reading(where, "features.json"):
         with open(os.path.join(directory, "features.json"), encoding="utf-8") as f:

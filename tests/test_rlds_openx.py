@@ -103,26 +103,28 @@ def test_bad_episode_metadata_names_shard_episode_and_key(tmp_path, name, bad, p
         load_rlds(tmp_path, fps=FPS, progress=False)
 
 
-def pick_then_place(e, n):
-    """Language that changes within an episode, shared across episodes:
-    episode 0 (3 steps) ["pick 0", "place", "place"], episode 1 (1 step)
-    ["place"], episode 2 (5 steps) ["pick 2", "pick 2", "place", ...]."""
-    return [f"pick {e}" if k < n // 2 else "place" for k in range(n)]
+def reach_then_lift(e, n):
+    """Language that changes within an episode, one string shared across
+    episodes, each episode's strings first seen in other than sorted order:
+    episode 0 (3 steps) ["reach", "lift 0", "lift 0"], episode 1 (1 step)
+    ["lift 1"], episode 2 (5 steps) ["reach", "reach", "lift 2", ...]."""
+    return ["reach" if k < n // 2 else f"lift {e}" for k in range(n)]
 
 
 def test_language_asked_for_is_a_per_step_index_stream(tmp_path):
-    episodes = write_rlds(tmp_path / "ds", language=pick_then_place)
+    episodes = write_rlds(tmp_path / "ds", language=reach_then_lift)
     keys = ["action", "language_instruction"]
     store = load_rlds(tmp_path / "ds", fps=FPS, keys=keys, progress=False)
     strings = store.info["strings"]["language_instruction"]
-    assert strings == ["pick 0", "place", "pick 2"]
+    assert strings == ["reach", "lift 0", "lift 1", "lift 2"]
     stream = store["language_instruction"]
     assert stream.values.dtype == torch.int64 and stream.sample_shape == ()
-    assert stream.values.tolist() == [0, 1, 1, 1, 2, 2, 1, 1, 1]
+    assert stream.values.tolist() == [0, 1, 1, 2, 0, 0, 3, 3, 3]
     assert [strings[i] for i in stream.values] == sum((ep["language"] for ep in episodes), [])
     assert torch.equal(stream.offsets, store["action"].offsets)
     assert torch.equal(stream.times, store["action"].times)
-    assert store.tasks == ["pick 0", "place", "pick 2"]  # each episode's first step, as before
+    assert store.tasks == ["reach", "lift 1"]  # each episode's first step, as before
+    assert store.episodes["task_index"].tolist() == [0, 1, 0]
     store.save(tmp_path / "store")
     loaded = EpisodeStore.load(tmp_path / "store", shard=(1, 2))
     assert loaded.info["strings"] == {"language_instruction": strings}
@@ -132,7 +134,7 @@ def test_language_asked_for_is_a_per_step_index_stream(tmp_path):
 
 
 def test_language_not_asked_for_is_no_stream(tmp_path):
-    write_rlds(tmp_path, language=pick_then_place)
+    write_rlds(tmp_path, language=reach_then_lift)
     store = load_rlds(tmp_path, fps=FPS, progress=False)
     assert "language_instruction" not in store.keys() and "strings" not in store.info
 

@@ -25,78 +25,32 @@ import numpy as np
 
 from ..store import EpisodeStore
 from ._common import LoaderError, frame_times, keeps_encoded, reading, skipping
+from ._rlds_features import metadata_features, step_features
 from ._rlds_images import image_steps
+from ._rlds_meta import StringTables, episode_metadata, feature_values, string_steps
 from ._tfrecord import tfrecords
 
 __all__ = ["load_rlds"]
 
-_DTYPES = {
-    "float16": np.float16,
-    "float32": np.float32,
-    "float64": np.float64,
-    "int8": np.int8,
-    "int16": np.int16,
-    "int32": np.int32,
-    "int64": np.int64,
-    "uint8": np.uint8,
-    "uint16": np.uint16,
-    "uint32": np.uint32,
-    "uint64": np.uint64,
-    "bool": np.bool_,
-    "string": object,
-}
-# TFDS feature kinds load_rlds does not read (a leaf of these is left out);
-# a leaf of no kind TFDS writes is an error: features.json is corrupt.
-_OTHER_KINDS = (
-    "classLabel",
-    "video",
-    "audio",
-    "boundingBox",
-    "translation",
-    "translationVariableLanguages",
-    "sequence",
-    "jsonFeature",
-)
 _SHARD = re.compile(r"-(\d+)-of-(\d+)$")
+_VERSION = re.compile(r"\d+(\.\d+)*")
 
 
-def _step_features(spec, where, prefix=""):
-    """(path, shape, dtype, image encoding or None) of every leaf under a
-    TFDS FeaturesDict JSON that load_rlds reads."""
-    out = []
-    for name, feature in spec["featuresDict"]["features"].items():
-        path = prefix + name
-        if "featuresDict" in feature:
-            out += _step_features(feature, where, path + "/")
-        elif "image" in feature:
-            image = feature["image"]
-            shape = tuple(int(d) for d in image["shape"]["dimensions"])
-            out.append((path, shape, np.uint8, image.get("encodingFormat", "png")))
-        elif "tensor" in feature:
-            tensor = feature["tensor"]
-            shape = tuple(int(d) for d in tensor["shape"].get("dimensions", []))
-            if tensor["dtype"] not in _DTYPES:
-                raise LoaderError(
-                    f"{where}: features.json gives steps/{path} the dtype {tensor['dtype']!r}; "
-                    f"load_rlds reads {sorted(_DTYPES)}"
-                )
-            out.append((path, shape, _DTYPES[tensor["dtype"]], None))
-        elif "text" in feature:
-            out.append((path, (), object, None))
-        elif not any(kind in feature for kind in _OTHER_KINDS):
-            raise LoaderError(
-                f"{where}: features.json gives steps/{path} no feature kind TFDS writes "
-                f"(its keys: {sorted(feature)})"
-            )
-    return out
-
-
-def _steps_spec(features, where):
-    try:
-        steps = features["featuresDict"]["features"]["steps"]
-        return steps["sequence"]["feature"]
-    except KeyError as e:
-        raise LoaderError(f"{where}: features.json has no steps sequence ({e})") from e
+def _version_folder(directory):
+    """``directory`` where it holds features.json or no folder named as a
+    version; else its newest version folder, versions compared as numbers
+    (1.10.0 after 1.9.0)."""
+    if os.path.exists(os.path.join(directory, "features.json")) or not os.path.isdir(directory):
+        return directory
+    versions = [
+        name
+        for name in os.listdir(directory)
+        if _VERSION.fullmatch(name) and os.path.isdir(os.path.join(directory, name))
+    ]
+    if not versions:
+        return directory
+    newest = max(versions, key=lambda name: tuple(int(part) for part in name.split(".")))
+    return os.path.join(directory, newest)
 
 
 def _shard_lengths(directory, split, where):
@@ -175,12 +129,19 @@ def load_rlds(
     """An EpisodeStore of an RLDS dataset directory, one episode per record.
 
     Args:
-        directory: holding ``features.json`` and the TFRecord shards (and
-            ``dataset_info.json``, where TFDS wrote one).
+        directory: a TFDS version folder, holding ``features.json`` and the
+            TFRecord shards (and ``dataset_info.json``, where TFDS wrote
+            one); or the dataset folder above its version folders
+            (``bridge/`` holding ``0.1.0/`` and ``1.0.0/``), of which the
+            newest is taken, without a warning: versions are compared as
+            numbers (``1.10.0`` is newer than ``1.9.0``), and folders not
+            named as a version (digits and dots) are ignored. Errors name
+            the version folder taken.
         fps: the control rate (RLDS stores no timestamps): step k at k / fps.
         keys: step features to load, as paths under ``steps/``
             (``"observation/image"``, ``"action"``); default: every numeric
-            and image feature.
+            and image feature. A string feature is loaded where named here
+            (``"language_instruction"``: see below).
         split: the shards ``*-<split>.tfrecord-*``.
         decode_on: None (PIL on the CPU) or a device for torchvision's decoder
             (``"cuda"``), for the images that are decoded here.
@@ -196,8 +157,29 @@ def load_rlds(
         device: build the store there (default: the host); each episode moves
             there as it is read, so host memory holds only episodes in flight.
 
-    Streams are named by their path under ``steps/``. The task is the first
-    step's ``language_instruction`` where there is one.
+    The episodes keep TFDS's stored order: shard by shard (by the numbers
+    in the shards' names), and in each shard the records in the order they
+    were written. Streams are named by their path under ``steps/``. The task
+    is the first step's ``language_instruction`` where there is one.
+
+    A per-step string feature named in ``keys`` (``language_instruction``,
+    which may change within an episode) is an int64 stream of that name,
+    (n,) (or (n, *shape) for a string tensor with a shape): each step's index
+    into ``store.info["strings"][key]``, the key's distinct strings (decoded
+    as UTF-8) in the order they first appear in the store. A record whose
+    feature holds numbers, or a string that is not UTF-8, is a LoaderError
+    naming the shard, episode and key.
+
+    Each episode's ``episode_metadata`` (every feature features.json declares
+    under it, such as ``file_path``; images left out) is
+    ``store.info["episode_metadata"]``: name -> a list with one JSON value per
+    episode, in store order: bytes decoded as UTF-8 strings, numbers and
+    bools as such, a feature with a shape as nested lists. ``save`` and
+    ``load`` keep it. ``take_shard`` (and ``load(shard=...)``) does not slice
+    ``store.info``: a shard's episode e is the whole store's
+    ``shard.ranges[shard.rank][0] + e``. A value that does not fill the
+    shape declared, is of another kind (numbers for strings), or is not
+    UTF-8, is a LoaderError naming the shard, episode and key.
 
     Each record's two CRCs are checked (its length's and its data's), and
     each shard's episodes are counted against dataset_info.json. A shard that
@@ -221,14 +203,13 @@ def load_rlds(
     from tfrecord import example_pb2
     from tfrecord.writer import TFRecordWriter
 
+    directory = _version_folder(directory)
     where = f"load_rlds({directory})"
     with reading(where, "features.json"):
         with open(os.path.join(directory, "features.json"), encoding="utf-8") as f:
             features = json.load(f)
-        leaves = {
-            path: (shape, dtype, enc)
-            for path, shape, dtype, enc in _step_features(_steps_spec(features, where), where)
-        }
+        leaves = step_features(features, where)
+        metadata_leaves = metadata_features(features, where)
     if keys is None:
         keys = [p for p, (_, dtype, _) in leaves.items() if dtype is not object]
     for key in keys:
@@ -293,28 +274,32 @@ def load_rlds(
             example.ParseFromString(raw)
             feature = example.features.feature
             out = {"episode_index": index}
+            strings = {}  # string key -> its distinct strings in this episode
             n = None
             for key in keys:
                 shape, dtype, encoding = leaves[key]
                 f = feature.get(f"steps/{key}")
                 if f is None:
                     raise LoaderError(f"{here}: no steps/{key}")
+                at = f"{here}, key {key!r}"
                 if encoding is not None:
                     values = image_steps(
-                        list(f.bytes_list.value),
+                        feature_values(f, object, at),
                         shape,
                         lambda codec, key=key: keeps_encoded(frames, resize, key, codec),
                         decode_on,
-                        f"{here}, key {key!r}",
+                        at,
                     )
+                elif dtype is object:
+                    strings[key], values = string_steps(feature_values(f, object, at), shape, at)
                 else:
-                    flat = f.float_list.value if f.HasField("float_list") else f.int64_list.value
+                    flat = feature_values(f, dtype, at)
                     size = int(np.prod(shape)) if shape else 1
                     if len(flat) % size:
                         raise LoaderError(
-                            f"{here}, key {key!r}: {len(flat)} values are not whole steps of {shape}"
+                            f"{at}: {len(flat)} values are not whole steps of {shape}"
                         )
-                    values = np.asarray(flat).astype(dtype).reshape(-1, *shape)
+                    values = flat.reshape(-1, *shape)
                 if n is None:
                     n = len(values)
                 elif len(values) != n:
@@ -327,7 +312,7 @@ def load_rlds(
                 texts = language.bytes_list.value
                 out["task"] = texts[0].decode("utf-8", "replace") if texts else ""
             out["length"] = n or 0
-            return out
+            return out, episode_metadata(feature, metadata_leaves, here), strings
 
     names = []  # by episode_index: the shard and the place in it
 
@@ -337,9 +322,17 @@ def load_rlds(
             yield name, functools.partial(episode, name, raw, problem, i)
 
     read, in_hand, ended = [], [None], []
+    kept_metadata = {name: [] for name in metadata_leaves}  # in store order
+    string_keys = [key for key in keys if leaves[key][1] is object and leaves[key][2] is None]
+    string_tables = StringTables(string_keys)
 
     def episodes():
-        for e in skipping(items(), skip_bad, where):
+        for e, metadata, strings in skipping(items(), skip_bad, where):
+            for name, value in metadata.items():
+                kept_metadata[name].append(value)
+            for key, distinct in strings.items():
+                local, times = e[key]
+                e[key] = (string_tables.indices(key, distinct, local), times)
             read.append(e["episode_index"])
             in_hand[0] = names[e["episode_index"]]
             yield e  # from_episodes packs it before it asks for the next
@@ -368,6 +361,10 @@ def load_rlds(
         raise
     store.info["episodes_loaded"] = store.num_episodes
     store.info["episodes_expected"] = None if lengths is None else sum(lengths)
+    if metadata_leaves:
+        store.info["episode_metadata"] = kept_metadata
+    if string_keys:
+        store.info["strings"] = string_tables.info()
     if lost:
         warnings.warn(
             f"{where}: skipped {len(lost)} bad shard(s):\n  " + "\n  ".join(lost), stacklevel=2

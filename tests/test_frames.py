@@ -317,3 +317,12 @@ def test_an_episode_without_frames_keeps_the_stream_and_its_statistics():
         assert store["cam"].offsets.tolist() == [0, 4, 4] and "mean" in store["cam"].stats, form
     resized = EpisodeStore.from_episodes(eps, frames="jpeg", resize=(4, 4), progress=False)
     assert resized["cam"].sample_shape == (4, 4, 3)
+
+
+def test_the_default_anchor_counts_frames_not_bytes():
+    t_fast = torch.arange(12) * 50 * MS
+    t_slow = torch.arange(3) * 200 * MS
+    eps = [{"cam": (camera_frames(3, 16, 16), t_slow), "a": (torch.zeros(12, 2), t_fast)}]
+    enc = EpisodeStore.from_episodes(eps, frames="jpeg", progress=False)
+    assert enc["cam"].values.numel() > 12  # more bytes than the other key's samples
+    assert WindowSampler(enc, {"cam": [0.0], "a": [0.0]}).anchor == "a"

@@ -134,3 +134,15 @@ def anchor_index(index, device):
             f"{array.reshape(-1)[:4].tolist()}"
         )
     return torch.as_tensor(array.astype(np.int64).reshape(-1), device=device)
+
+
+def default_anchor(store):
+    """The key with the most samples in the whole store (so that every shard
+    picks alike); ties go to the first key."""
+
+    def samples(key):
+        if store.shard is not None:
+            return int(store.shard.counts[key].sum())
+        return store[key].num_samples
+
+    return max(store.keys(), key=samples)

@@ -185,7 +185,7 @@ class WindowSampler:
             for key, deltas in delta_timestamps.items()
         ]
         self.keys = {p.key: p for p in self.plans}
-        self.anchor = anchor if anchor is not None else _most_samples(store)
+        self.anchor = anchor if anchor is not None else order.default_anchor(store)
         for name, value in (("drop_last", drop_last), ("shuffle", shuffle), ("key_age", key_age)):
             if not isinstance(value, bool):
                 raise ValueError(f"{_WHERE}: {name} must be True or False; got {value!r}")
@@ -400,15 +400,3 @@ class WindowSampler:
                 self.plans, outs, pads, ages, index, self._row_tables, rows, self.device,
                 self.key_age,
             )  # fmt: skip
-
-
-def _most_samples(store):
-    """The key with the most samples in the whole store (so that every shard
-    picks alike); ties go to the first key."""
-
-    def samples(key):
-        if store.shard is not None:
-            return int(store.shard.counts[key].sum())
-        return store[key].values.shape[0]
-
-    return max(store.keys(), key=samples)

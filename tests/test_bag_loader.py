@@ -152,7 +152,7 @@ def pil_frames(blobs):
 def windows(store, key):
     """Each frame of ``key`` as the sampler gives it (a window of one, at its own time)."""
     n = store[key].num_samples
-    sampler = WindowSampler(store, {key: [0.0]}, batch_size=n, shuffle=False)
+    sampler = WindowSampler(store, {key: [0.0]}, anchor=key, batch_size=n, shuffle=False)
     return sampler.batch_at(range(n))[key][:, 0]
 
 

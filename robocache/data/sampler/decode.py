@@ -57,6 +57,12 @@ class FrameKey:
         rows = rows.cpu()
         keys, table = decoded if decoded is not None else self.decode(rows)
         position = torch.searchsorted(keys, rows.reshape(-1))
+        if table.dtype == torch.uint16:  # indexed as int16, which older torch can
+            return (
+                table.view(torch.int16)[position]
+                .view(torch.uint16)
+                .view(*rows.shape[:2], *self.encoding.shape)
+            )
         return table[position].view(*rows.shape[:2], *self.encoding.shape)
 
     def _images(self, rows):

@@ -170,14 +170,12 @@ def test_episodes_are_read_at_most_threads_ahead(tmp_path, monkeypatch):
 
         return read_ahead(rows, counted, depth)
 
-    class Recorder:
-        @staticmethod
-        def from_episodes(episodes, **kwargs):
-            for k, _ in enumerate(episodes, 1):
-                ahead.append(len(started) - k)
+    def recording_store(where, episodes, **kwargs):  # packs nothing, counts how far ahead
+        for k, _ in enumerate(episodes, 1):
+            ahead.append(len(started) - k)
 
     monkeypatch.setattr(lerobot_loader, "_read_ahead", counting_read_ahead)
-    monkeypatch.setattr(lerobot_loader, "EpisodeStore", Recorder)
+    monkeypatch.setattr(lerobot_loader, "packed_store", recording_store)
     load_lerobot(tmp_path, threads=3, progress=False)
     assert len(ahead) == 12 and len(started) == 12
     assert max(ahead) == 3  # it does read ahead, and never further

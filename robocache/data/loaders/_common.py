@@ -123,6 +123,24 @@ def log_episodes(paths, read, gap, skip_bad, what):
                 yield path, episode
 
 
+def packed_store(where, episodes, in_hand=None, **options):
+    """``EpisodeStore.from_episodes(episodes, **options)``, with a ValueError
+    of the store's (a dtype or shape that differs between episodes, a frame
+    kept encoded that does not decode, an option it refuses) raised as a
+    LoaderError naming ``where`` and, where ``in_hand()`` names one, the
+    episode being packed."""
+    from ..store import EpisodeStore
+
+    try:
+        return EpisodeStore.from_episodes(episodes, **options)
+    except LoaderError:
+        raise
+    except ValueError as e:
+        episode = in_hand() if in_hand is not None else None
+        here = where if episode is None else f"{where}, {episode}"
+        raise LoaderError(f"{here}: {e}") from e
+
+
 def log_store(paths, read, gap, skip_bad, what, **options):
     """``EpisodeStore.from_episodes(..., **options)`` of the episodes of log
     files (log_episodes). A ValueError while one of a file's episodes is

@@ -19,14 +19,19 @@ _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 _MAGIC = {"jpeg": b"\xff\xd8\xff", "png": b"\x89PNG"}
 
 
+def magic_codec(image):
+    """``"jpeg"`` or ``"png"`` where ``image`` (bytes-like) starts as that
+    codec's files do, else None."""
+    head = bytes(image[:4])
+    return next((c for c, magic in _MAGIC.items() if head.startswith(magic)), None)
+
+
 def encoded_codec(images):
     """``"jpeg"`` or ``"png"`` where every one of ``images`` (bytes-like)
     starts as that codec's files do; None where they mix codecs, are of
     another format, or there are none."""
-    for codec, magic in _MAGIC.items():
-        if images and all(bytes(image[: len(magic)]) == magic for image in images):
-            return codec
-    return None
+    codecs = {magic_codec(image) for image in images}
+    return codecs.pop() if len(codecs) == 1 else None
 
 
 def decode_image(data, where, channels=3):
@@ -76,7 +81,7 @@ def codec_of(image):
     """The codec of a ``Compressed`` image: ``"jpeg"`` or ``"png"`` as its
     bytes' magic says, where its format field names that codec or neither;
     None where the magic is neither, or the field names another codec."""
-    codec = next((c for c, magic in _MAGIC.items() if image.data.startswith(magic)), None)
+    codec = magic_codec(image.data)
     if codec is None or not image.format:
         return codec
     named = {

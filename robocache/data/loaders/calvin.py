@@ -10,8 +10,7 @@ import zipfile
 
 import numpy as np
 
-from ..store import EpisodeStore
-from ._common import LoaderError, frame_times, reading, skipping
+from ._common import LoaderError, frame_times, packed_store, reading, skipping
 
 __all__ = ["load_calvin"]
 
@@ -197,18 +196,14 @@ def load_calvin(
         return out
 
     items = ((f"episode {e}", lambda e=e, r=r: episode(e, *r)) for e, r in enumerate(ranges))
-    try:
-        return EpisodeStore.from_episodes(
-            skipping(items, skip_bad, where),
-            fps=fps,
-            progress=progress,
-            total=len(ranges),
-            device=device,
-            frames=frames,
-            jpeg_quality=jpeg_quality,
-            resize=resize,
-        )
-    except ValueError as e:  # the store's: a dtype or shape that differs between episodes
-        if isinstance(e, LoaderError):
-            raise
-        raise LoaderError(f"{where}: {e}") from e
+    return packed_store(
+        where,
+        skipping(items, skip_bad, where),
+        fps=fps,
+        progress=progress,
+        total=len(ranges),
+        device=device,
+        frames=frames,
+        jpeg_quality=jpeg_quality,
+        resize=resize,
+    )

@@ -19,8 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..frames import EncodedFrames
-from ..store import EpisodeStore
-from ._common import LoaderError, keeps_encoded, reading, skipping
+from ._common import LoaderError, keeps_encoded, packed_store, reading, skipping
 from ._images import decode_images, encoded_codec
 from ._lerobot_tables import (
     BOOKKEEPING,
@@ -308,8 +307,10 @@ def load_lerobot(
 
     try:
         items = _read_ahead(episodes, lambda r: start(r, pool), depth=max(1, threads))
-        return EpisodeStore.from_episodes(
+        return packed_store(
+            where,
             packing(skipping(items, skip_bad, where)),
+            in_hand=lambda: None if in_hand[0] is None else f"episode {in_hand[0]}",
             fps=fps,
             progress=progress,
             total=len(episodes),
@@ -318,12 +319,5 @@ def load_lerobot(
             jpeg_quality=jpeg_quality,
             resize=resize,
         )
-    except ValueError as e:
-        # The store's: a dtype or shape that differs between episodes, a frame
-        # kept encoded that does not decode, an option it does not take.
-        if isinstance(e, LoaderError):
-            raise
-        here = where if in_hand[0] is None else f"{where}, episode {in_hand[0]}"
-        raise LoaderError(f"{here}: {e}") from e
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

@@ -6,8 +6,7 @@
 import json
 import re
 
-from ..store import EpisodeStore
-from ._common import LoaderError, frame_times, reading, skipping
+from ._common import LoaderError, frame_times, packed_store, reading, skipping
 
 __all__ = ["load_robomimic"]
 
@@ -151,22 +150,18 @@ def load_robomimic(
         with reading(where, "data's env_args attribute"):
             if "env_args" in data.attrs:
                 info["env_args"] = _env_args(data.attrs["env_args"])
-        try:
-            return EpisodeStore.from_episodes(
-                episodes,
-                fps=fps,
-                progress=progress,
-                total=len(names),
-                device=device,
-                info=info,
-                frames=frames,
-                jpeg_quality=jpeg_quality,
-                resize=resize,
-            )
-        except ValueError as e:
-            if isinstance(e, LoaderError):
-                raise
-            raise LoaderError(f"{where}: {e}") from e
+        return packed_store(
+            where,
+            episodes,
+            fps=fps,
+            progress=progress,
+            total=len(names),
+            device=device,
+            info=info,
+            frames=frames,
+            jpeg_quality=jpeg_quality,
+            resize=resize,
+        )
 
 
 def _env_args(raw):

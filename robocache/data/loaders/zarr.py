@@ -9,8 +9,7 @@ into other values (its decoder takes the length from the chunk's header).
 
 import numpy as np
 
-from ..store import EpisodeStore
-from ._common import LoaderError, frame_times, reading, skipping
+from ._common import LoaderError, frame_times, packed_store, reading, skipping
 
 __all__ = ["load_zarr"]
 
@@ -145,7 +144,8 @@ def load_zarr(
     episodes = skipping(
         ((f"episode {e}", lambda e=e: episode(e)) for e in range(len(ends))), skip_bad, where
     )
-    return EpisodeStore.from_episodes(
+    return packed_store(
+        where,
         episodes,
         fps=fps,
         progress=progress,

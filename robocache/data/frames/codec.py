@@ -126,12 +126,13 @@ def decode_one(image, encoding, idct="accurate"):
     return array.reshape(encoding.shape)
 
 
-def decode(images, encoding, threads=None, name=None, idct="accurate"):
-    """Each of ``images`` (bytes-like) decoded, as one (n, *shape) tensor.
-    ``name(i)`` says where image i is from; a frame that does not decode
-    raises a ValueError naming it. ``idct``: JPEG's ``"accurate"`` or
-    ``"fast"`` inverse DCT."""
-    out = torch.empty((len(images), *encoding.shape), dtype=encoding.dtype)
+def decode(images, encoding, threads=None, name=None, idct="accurate", out=None):
+    """Each of ``images`` (bytes-like) decoded, as one (n, *shape) tensor
+    (written into ``out`` where given). ``name(i)`` says where image i is
+    from; a frame that does not decode raises a ValueError naming it.
+    ``idct``: JPEG's ``"accurate"`` or ``"fast"`` inverse DCT."""
+    if out is None:
+        out = torch.empty((len(images), *encoding.shape), dtype=encoding.dtype)
     target = out.view(torch.int16) if encoding.dtype == torch.uint16 else out
     array = target.numpy()
 

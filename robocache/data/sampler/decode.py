@@ -38,18 +38,21 @@ class FrameKey:
     def decode(self, rows):
         """(keys, frames): the distinct rows + 1 of ``rows``, sorted, with 0
         first, and their frames decoded (frames[0] is a frame of zeros)."""
-        wanted = torch.unique(rows.reshape(-1))
-        wanted = wanted[wanted > 0] - 1
-        frames = host_codec.decode(
+        keys = torch.unique(rows.reshape(-1))
+        if keys.numel() == 0 or int(keys[0]) != 0:  # 0 (no sample) leads, always
+            keys = torch.cat([keys.new_zeros(1), keys])
+        wanted = keys[1:] - 1
+        table = torch.empty((keys.numel(), *self.encoding.shape), dtype=self.encoding.dtype)
+        table[0] = 0
+        host_codec.decode(
             self._images(wanted),
             self.encoding,
             self.decoding.threads,
             self._namer(wanted),
             self.decoding.idct,
+            out=table[1:],
         )
-        zero = torch.zeros((1, *self.encoding.shape), dtype=self.encoding.dtype)
-        keys = torch.cat([torch.zeros(1, dtype=torch.int64), wanted + 1])
-        return keys, torch.cat([zero, frames])
+        return keys, table
 
     def frames(self, rows, decoded=None):
         """(B, W, *shape) frames of ``rows`` (the operator's output for this

@@ -91,9 +91,10 @@ class MixtureSampler:
         self._cuda_stream = torch.cuda.Stream(self.device) if on_gpu and self.prefetch else None
 
     def _check_layout(self):
-        """key -> (dtype, per-store sample shapes, widest shape): a probe batch of
-        one window from each store; keys whose 1-D samples differ in width are
-        padded to the widest, other differences are errors."""
+        """key -> (dtype, widest shape, whether widths differ, whether some
+        store lacks the key): a probe batch of one window from each store;
+        keys whose 1-D samples differ in width are padded to the widest, other
+        differences are errors."""
         layout = {}
         probes = [s.batch_at(s._anchors[:1]) for s in self.samplers]
         for key in self.keys:
@@ -105,16 +106,15 @@ class MixtureSampler:
             dtypes = {str(t.dtype) for t in found.values()}
             if len(dtypes) > 1:
                 raise ValueError(f"{_WHERE}: {key!r} is {sorted(dtypes)} in different stores")
-            shapes = {i: tuple(t.shape[2:]) for i, t in found.items()}
-            distinct = set(shapes.values())
+            distinct = {tuple(t.shape[2:]) for t in found.values()}
             if len(distinct) > 1 and not all(len(s) == 1 for s in distinct):
                 a, b = sorted(distinct)[:2]
                 raise ValueError(
                     f"{_WHERE}: {key!r} is {a} in one store and {b} in another: resize the "
                     "frames at ingest (resize=) so that every store's are alike"
                 )
-            widest = max(distinct)
-            layout[key] = (next(iter(found.values())).dtype, shapes, widest, len(distinct) > 1)
+            dtype = next(iter(found.values())).dtype
+            layout[key] = (dtype, max(distinct), len(distinct) > 1, len(found) < len(probes))
         return layout
 
     def set_epoch(self, epoch):
@@ -163,11 +163,14 @@ class MixtureSampler:
         B, device = stores.numel(), self.device
         batch = {}
         for key in self.keys:
-            dtype, _, widest, ragged = self._layout[key]
-            T = self._windows[key]
-            fill = self.fill if dtype.is_floating_point else 0
-            batch[key] = torch.full((B, T, *widest), fill, dtype=dtype, device=device)
-            batch[f"{key}_is_pad"] = torch.ones((B, T), dtype=torch.bool, device=device)
+            dtype, widest, ragged, lacking = self._layout[key]
+            shape = (B, self._windows[key], *widest)
+            if ragged or lacking:  # some rows or widths no store's part covers
+                fill = self.fill if dtype.is_floating_point else 0
+                batch[key] = torch.full(shape, fill, dtype=dtype, device=device)
+            else:  # every row is written by its store's part
+                batch[key] = torch.empty(shape, dtype=dtype, device=device)
+            batch[f"{key}_is_pad"] = torch.ones(shape[:2], dtype=torch.bool, device=device)
             if ragged:
                 batch[f"{key}_mask"] = torch.zeros((B, widest[0]), dtype=torch.bool, device=device)
         batch["dataset_index"] = stores.to(device, non_blocking=True)
@@ -177,7 +180,7 @@ class MixtureSampler:
         B = self.batch_size
         for key in self.keys:
             own = self.mixture.store_key(i, key)
-            ragged = self._layout[key][3]
+            ragged = self._layout[key][2]  # (dtype, widest, ragged, lacking)
             if own is None:
                 continue
             values, pad = part[own], part[f"{own}_is_pad"]

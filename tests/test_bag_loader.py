@@ -3,7 +3,6 @@ rosbags' writer: joints at 500 Hz, a camera at 30 Hz and force/torque at
 1 kHz, with jitter and dropped messages; and their camera frames kept as
 JPEG (byte for byte where they arrive as a JPEG CompressedImage)."""
 
-import io
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +12,11 @@ import torch
 pytest.importorskip("rosbags", reason="the bags extra: pip install robocache[bags]")
 
 from fixtures.bags import MS, T0, TOPICS, TS, header, write_bag  # noqa: E402
+from frame_checks import every_frame, pil_frames, psnr_db  # noqa: E402
 from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: E402
 from rosbags.typesys import Stores, get_typestore  # noqa: E402
 
-from robocache.data import LoaderError, WindowSampler, load_bag  # noqa: E402
+from robocache.data import LoaderError, load_bag  # noqa: E402
 
 
 @pytest.mark.parametrize("storage", [StoragePlugin.SQLITE3, StoragePlugin.MCAP])
@@ -139,28 +139,6 @@ def camera_bytes(bag):
         ]
 
 
-def pil_frames(blobs):
-    from PIL import Image
-
-    def one(data):
-        with Image.open(io.BytesIO(data)) as im:
-            return np.asarray(im.convert("RGB"))
-
-    return torch.from_numpy(np.stack([one(b) for b in blobs]))
-
-
-def windows(store, key):
-    """Each frame of ``key`` as the sampler gives it (a window of one, at its own time)."""
-    n = store[key].num_samples
-    sampler = WindowSampler(store, {key: [0.0]}, anchor=key, batch_size=n, shuffle=False)
-    return sampler.batch_at(range(n))[key][:, 0]
-
-
-def psnr_db(a, b):
-    mse = (a.double() - b.double()).square().mean()
-    return float(10 * torch.log10(255**2 / mse))
-
-
 @pytest.mark.parametrize("storage", [StoragePlugin.SQLITE3, StoragePlugin.MCAP])
 def test_jpeg_compressed_images_are_kept_byte_for_byte(tmp_path, storage):
     pytest.importorskip("PIL", reason="the frames extra: pip install robocache[frames]")
@@ -171,7 +149,7 @@ def test_jpeg_compressed_images_are_kept_byte_for_byte(tmp_path, storage):
     assert camera.encoding.codec == "jpeg" and camera.sample_shape == (24, 32, 3)
     assert bytes(camera.values.numpy()) == b"".join(blobs)
     assert camera.times.tolist() == stamps["/camera/image.image"].tolist()
-    assert torch.equal(windows(store, "/camera/image.image"), pil_frames(blobs))
+    assert torch.equal(every_frame(store, "/camera/image.image"), pil_frames(blobs))
     for key in ("/joint_states.position", "/wrench.wrench.force"):
         assert torch.equal(store[key].values, torch.from_numpy(written[key])), key
     raw = load_bag(tmp_path / "run", CAMERA, progress=False)  # frames="raw": decoded, as before
@@ -190,12 +168,12 @@ def test_raw_images_become_jpeg_near_the_frames(tmp_path):
     store = load_bag(tmp_path / "run", CAMERA, frames="jpeg", jpeg_quality=90, progress=False)
     camera = store["/camera/image.image"]
     assert camera.encoding.codec == "jpeg" and camera.sample_shape == (48, 64, 3)
-    assert psnr_db(windows(store, "/camera/image.image"), frames) >= 28
+    assert psnr_db(every_frame(store, "/camera/image.image"), frames) >= 28
     exact = load_bag(
         tmp_path / "run", CAMERA, frames={"/camera/image.image": "png"}, progress=False
     )
     assert exact["/camera/image.image"].encoding.codec == "png"
-    assert torch.equal(windows(exact, "/camera/image.image"), frames)
+    assert torch.equal(every_frame(exact, "/camera/image.image"), frames)
 
 
 def test_a_corrupt_jpeg_names_the_bag_and_topic(tmp_path):

@@ -6,17 +6,14 @@ JPEG is lossy: windows of a JPEG store are compared with the PIL decode of
 its own bytes exactly, and with the raw frames (camera-like, with sensor
 noise, quality 90, 4:2:0 chroma) by their peak signal-to-noise ratio."""
 
-import io
-
 import pytest
 
 pytest.importorskip("PIL", reason="the frames extra: pip install robocache[frames]")
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from fixtures.images import camera_frames, jpeg, png  # noqa: E402
-from PIL import Image  # noqa: E402
+from frame_checks import assert_near, pil_frames, stored_frames  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
@@ -25,14 +22,6 @@ from robocache.data.frames import EncodedFrames, resize  # noqa: E402
 from robocache.data.frames import codec as host_codec  # noqa: E402
 
 MS = 10**6
-MIN_PSNR_DB = 28.0  # these small, noisy frames with a saturated square: 31 to 34 dB
-
-
-def assert_near(decoded, raw):
-    """Within JPEG's loss of the raw frames."""
-    mse = (decoded.double() - raw.double()).square().mean()
-    psnr = 10 * torch.log10(255**2 / mse)
-    assert psnr >= MIN_PSNR_DB, f"PSNR {float(psnr):.1f} dB"
 
 
 DELTAS = {"cam": [-0.2, 0.0, 0.1], "a": [0.0, 0.1]}
@@ -54,18 +43,6 @@ def episodes(lengths=(10, 7, 1, 0, 5), size=(48, 64), seed=0):
 def all_batches(store, **kw):
     sampler = WindowSampler(store, DELTAS, batch_size=5, shuffle=False, **kw)
     return list(sampler)
-
-
-def pil_decode(data):
-    with Image.open(io.BytesIO(bytes(data))) as im:
-        return torch.from_numpy(np.asarray(im.convert("RGB")).copy())
-
-
-def stored_frames(stream):
-    """Every frame of an encoded stream, decoded by PIL from its own bytes."""
-    bounds = stream.byte_offsets.tolist()
-    data = stream.values.numpy()
-    return torch.stack([pil_decode(data[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
 
 
 def test_jpeg_windows_are_the_decoded_frames_and_near_the_raw():
@@ -148,7 +125,7 @@ def test_jpeg_that_arrives_as_jpeg_is_kept_byte_for_byte():
         [{"cam": (EncodedFrames(blobs, "jpeg"), t)}], frames="raw", progress=False
     )
     assert raw["cam"].encoding is None
-    assert torch.equal(raw["cam"].values, torch.stack([pil_decode(b) for b in blobs]))
+    assert torch.equal(raw["cam"].values, pil_frames(blobs))
     unverified = EpisodeStore.from_episodes(
         [{"cam": (EncodedFrames(blobs, "jpeg"), t)}], frames="jpeg", verify=False, progress=False
     )
@@ -290,7 +267,7 @@ def test_host_decoders_agree_and_the_fast_idct_is_an_option(monkeypatch):
     encoding = FrameEncoding("jpeg", (40, 56, 3), torch.uint8)
     accurate = host_codec.decode(blobs, encoding)  # simplejpeg
     fast = host_codec.decode(blobs, encoding, idct="fast")
-    assert torch.equal(accurate, torch.stack([pil_decode(b) for b in blobs]))  # Pillow's pixels
+    assert torch.equal(accurate, pil_frames(blobs))  # Pillow's pixels
     assert 0 < (fast.int() - accurate.int()).abs().max() <= 8
     t = torch.arange(4) * 100 * MS
     enc = EpisodeStore.from_episodes([{"cam": (frames, t)}], frames="jpeg", progress=False)

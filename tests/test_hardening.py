@@ -6,20 +6,11 @@ import pytest
 import torch
 from conftest import tolerance
 from helpers import query_times, sorted_times
+from resample_cases import F64, resample_inputs
 from torch.testing import assert_close
 
 import robocache
 from robocache import reference
-
-F64 = torch.float64
-
-
-def _resample_inputs(device, B=2, S=7, T=5, D=3, shared_query=False):
-    values = torch.randn(B, S, D, device=device, dtype=F64)
-    times = sorted_times(B, S, F64, device)
-    query = query_times(B, T, F64, device, shared=shared_query, lo=0.5, hi=9.5)
-    return values, times, query
-
 
 # ---------------------------------------------------------------------------
 # 1. Double backward
@@ -39,7 +30,7 @@ def test_double_backward_of_the_issue_example():
 @pytest.mark.parametrize("shared_query", [False, True])
 @pytest.mark.parametrize("with_lengths", [False, True])
 def test_resample_gradgradcheck(device, mode, shared_query, with_lengths):
-    values, times, query = _resample_inputs(device, shared_query=shared_query)
+    values, times, query = resample_inputs(device, shared_query=shared_query)
     lengths = torch.tensor([7, 4], device=device) if with_lengths else None
     values.requires_grad_()
     query.requires_grad_()
@@ -110,7 +101,7 @@ def _leaves_close(a, b):
 
 @pytest.mark.parametrize("transform", ["grad", "jacrev", "jacfwd", "vmap"])
 def test_torch_func_resample(device, transform):
-    values, times, query = _resample_inputs(device)
+    values, times, query = resample_inputs(device)
 
     def run(fn):
         f = lambda v, t, q: fn(v, t, q)  # noqa: E731
@@ -130,7 +121,7 @@ def test_torch_func_resample(device, transform):
 
 @pytest.mark.parametrize("transform", ["jacrev", "jacfwd", "vmap"])
 def test_torch_func_fuse_and_voxelize(device, transform):
-    values, times, query = _resample_inputs(device)
+    values, times, query = resample_inputs(device)
     other = torch.randn(2, 4, 2, device=device, dtype=F64)
     other_t = sorted_times(2, 4, F64, device)
     points = torch.rand(2, 30, 3, device=device, dtype=F64)
@@ -158,7 +149,7 @@ def test_torch_func_fuse_and_voxelize(device, transform):
 
 
 def test_nested_torch_func_raises_instead_of_a_zero_derivative(device):
-    values, times, query = _resample_inputs(device)
+    values, times, query = resample_inputs(device)
     with pytest.raises(NotImplementedError, match="nested torch.func differentiation"):
         torch.func.hessian(lambda q: (robocache.resample(values, times, q) ** 2).sum())(query)
 

@@ -4,21 +4,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import requires_cuda
-from helpers import query_times, sorted_times
+from resample_cases import F64
 from torch.testing import assert_close
 
 import robocache
 from robocache import reference
-
-F64 = torch.float64
-
-
-def _resample_inputs(device, B=2, S=7, T=5, D=3, shared_query=False):
-    values = torch.randn(B, S, D, device=device, dtype=F64)
-    times = sorted_times(B, S, F64, device)
-    query = query_times(B, T, F64, device, shared=shared_query, lo=0.5, hi=9.5)
-    return values, times, query
-
 
 # ---------------------------------------------------------------------------
 # 8. Errors that name the argument

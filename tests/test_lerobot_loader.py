@@ -17,25 +17,11 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from fixtures.lerobot import FPS, SIZE, decode_all, encode, write_lerobot  # noqa: E402
 from fixtures.scheduling import scheduling  # noqa: E402
+from frame_checks import assert_near, every_frame  # noqa: E402
 
 from robocache.data import LoaderError, WindowSampler, load_lerobot  # noqa: E402
 
 CAMERA = "observation.images.top"
-MIN_PSNR_DB = 28.0
-
-
-def every_frame(store, key):
-    """Each frame of ``key`` as the sampler gives it (decoded where encoded)."""
-    n = store[key].num_samples
-    sampler = WindowSampler(store, {key: [0.0]}, anchor=key, batch_size=n, shuffle=False)
-    return sampler.batch_at(range(n))[key][:, 0]
-
-
-def assert_near(frames, raw):
-    """Within JPEG's loss of the raw frames."""
-    mse = (frames.double() - raw.double()).square().mean()
-    psnr = 10 * torch.log10(255**2 / mse)
-    assert psnr >= MIN_PSNR_DB, f"PSNR {float(psnr):.1f} dB"
 
 
 @pytest.mark.parametrize("codec", ["libsvtav1", "libx264"])

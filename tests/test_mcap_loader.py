@@ -4,10 +4,8 @@ writers: JSON channels (mcap.writer) and protobuf channels
 their CompressedImage frames kept as JPEG (byte for byte where they arrive
 as JPEG)."""
 
-import io
 import json
 
-import numpy as np
 import pytest
 import torch
 
@@ -21,10 +19,10 @@ from fixtures.mcap import (  # noqa: E402
     write_json_mcap,
     write_protobuf_mcap,
 )
+from frame_checks import every_frame, pil_frames, psnr_db  # noqa: E402
 
 from robocache.data import (  # noqa: E402
     LoaderError,
-    WindowSampler,
     load_mcap,
 )
 
@@ -156,28 +154,6 @@ def camera_bytes(path):
         return [m.decoded_message.data for m in reader.iter_decoded_messages(topics=["/camera"])]
 
 
-def pil_frames(blobs):
-    from PIL import Image
-
-    def one(data):
-        with Image.open(io.BytesIO(data)) as im:
-            return np.asarray(im.convert("RGB"))
-
-    return torch.from_numpy(np.stack([one(b) for b in blobs]))
-
-
-def windows(store, key):
-    """Each frame of ``key`` as the sampler gives it (a window of one, at its own time)."""
-    n = store[key].num_samples
-    sampler = WindowSampler(store, {key: [0.0]}, anchor=key, batch_size=n, shuffle=False)
-    return sampler.batch_at(range(n))[key][:, 0]
-
-
-def psnr_db(a, b):
-    mse = (a.double() - b.double()).square().mean()
-    return float(10 * torch.log10(255**2 / mse))
-
-
 def test_jpeg_images_are_kept_byte_for_byte(tmp_path):
     pytest.importorskip("PIL", reason="the frames extra: pip install robocache[frames]")
     path = tmp_path / "run.mcap"
@@ -189,7 +165,7 @@ def test_jpeg_images_are_kept_byte_for_byte(tmp_path):
     assert camera.encoding.codec == "jpeg" and camera.sample_shape == (24, 32, 3)
     assert bytes(camera.values.numpy()) == b"".join(blobs)
     assert camera.byte_offsets.diff().tolist() == [len(b) for b in blobs]
-    assert torch.equal(windows(store, "/camera.image"), pil_frames(blobs))
+    assert torch.equal(every_frame(store, "/camera.image"), pil_frames(blobs))
     assert store["/joints.position"].encoding is None
     raw = load_mcap(path, topics, progress=False)  # frames="raw": decoded, as before
     assert raw["/camera.image"].encoding is None
@@ -215,7 +191,7 @@ def test_resize_and_mixed_codecs_encode_again(tmp_path):
     assert camera.encoding.codec == "jpeg" and camera.sample_shape == (24, 32, 3)
     assert camera.num_samples == len(blobs)
     raw = load_mcap(path, topics, resize=(24, 32), progress=False)["/camera.image"].values
-    assert psnr_db(windows(small, "/camera.image"), raw) >= 28
+    assert psnr_db(every_frame(small, "/camera.image"), raw) >= 28
     path = tmp_path / "mixed.mcap"
     write_protobuf_mcap(path, camera_codecs=("jpeg", "png"), size=(48, 64))
     mixed = load_mcap(path, topics, frames="jpeg", progress=False)["/camera.image"]

@@ -5,24 +5,10 @@ import pytest
 import torch
 from conftest import tolerance
 from helpers import query_times, sorted_times
+from resample_cases import MODES, TIME_DTYPES, VALUE_DTYPES, random_lengths, ref64
 from torch.testing import assert_close
 
 import robocache
-from robocache import reference
-
-MODES = ["linear", "nearest", "previous"]
-VALUE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-TIME_DTYPES = [torch.float32, torch.float64, torch.int64]
-
-
-def ref64(values, times, query, lengths=None, mode="linear"):
-    """The reference evaluated on float64 values (times keep their dtype)."""
-    return reference.resample(values.double(), times, query, lengths, mode)
-
-
-def random_lengths(B, S, device):
-    return torch.randint(1, S + 1, (B,), device=device)
-
 
 # ---------------------------------------------------------------------------
 # Results against the float64 reference and numpy.interp

@@ -4,24 +4,11 @@ opcheck, torch.compile and FX."""
 import pytest
 import torch
 from helpers import query_times, sorted_times
+from resample_cases import MODES, TIME_DTYPES
 from torch.testing import assert_close
 
 import robocache
 from robocache import reference
-
-MODES = ["linear", "nearest", "previous"]
-VALUE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-TIME_DTYPES = [torch.float32, torch.float64, torch.int64]
-
-
-def ref64(values, times, query, lengths=None, mode="linear"):
-    """The reference evaluated on float64 values (times keep their dtype)."""
-    return reference.resample(values.double(), times, query, lengths, mode)
-
-
-def random_lengths(B, S, device):
-    return torch.randint(1, S + 1, (B,), device=device)
-
 
 # ---------------------------------------------------------------------------
 # Autograd

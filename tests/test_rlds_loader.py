@@ -12,18 +12,12 @@ pytest.importorskip("PIL", reason="the rlds extra: pip install robocache[rlds]")
 
 from fixtures.images import jpeg  # noqa: E402
 from fixtures.rlds import FPS, write_rlds  # noqa: E402
+from frame_checks import every_frame  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from robocache.data import LoaderError, WindowSampler, load_rlds  # noqa: E402
 
 IMAGE = "observation/image"
-
-
-def every_frame(store, key):
-    """Each frame of ``key`` as the sampler gives it (decoded where encoded)."""
-    n = store[key].num_samples
-    sampler = WindowSampler(store, {key: [0.0]}, anchor=key, batch_size=n, shuffle=False)
-    return sampler.batch_at(range(n))[key][:, 0]
 
 
 def write_jpeg_rlds(root, truncate=None):

@@ -43,7 +43,7 @@ class FrameKey:
             keys = torch.cat([keys.new_zeros(1), keys])
         wanted = keys[1:] - 1
         table = torch.empty((keys.numel(), *self.encoding.shape), dtype=self.encoding.dtype)
-        table[0] = 0
+        table[0].view(torch.uint8).zero_()  # bytes: any dtype, uint16 included
         host_codec.decode(
             self._images(wanted),
             self.encoding,

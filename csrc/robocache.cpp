@@ -97,4 +97,17 @@ TORCH_LIBRARY(robocache, m) {
       "str modes=\"nearest\", int[] intervals=[], int[] tolerances=[], int edge_tolerance=0) "
       "-> (Tensor[], Tensor[], Tensor[], Tensor, Tensor[])",
       {at::Tag::pt2_compliant_tag});
+  // Per-window augmentation of uint8 frames (B, F, H, W, C), C 1 or 3: window
+  // b's F frames share params[b] (float32, 10 columns: top, left, crop
+  // height, crop width, angle in degrees counter-clockwise, brightness,
+  // contrast, saturation, hue, jitter order; NaN factors are not applied).
+  // The crop is resized to (height, width) (bilinear, antialiased), rotated
+  // about its centre (bilinear, zero fill), then jittered in the row's order,
+  // as torchvision's v2 transforms do on uint8 images. output: uint8 (B, F,
+  // height, width, C) | float (the same in [0, 1]) | float_chw (B, F, C,
+  // height, width).
+  m.def(
+      "augment(Tensor images, Tensor params, SymInt height, SymInt width, "
+      "str output=\"uint8\") -> Tensor",
+      {at::Tag::pt2_compliant_tag});
 }

@@ -8,6 +8,7 @@ runs; nothing in ``robocache.ops`` or ``robocache.data`` uses them. They are
 differentiable through ordinary autograd.
 """
 
+from .augment import augment
 from .interp import Location, blend, fuse, locate, resample
 from .voxelize import voxelize
 from .windows import anchor_windows, sample_windows
@@ -15,6 +16,7 @@ from .windows import anchor_windows, sample_windows
 __all__ = [
     "Location",
     "anchor_windows",
+    "augment",
     "blend",
     "fuse",
     "locate",

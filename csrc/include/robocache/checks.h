@@ -22,6 +22,7 @@
 #include <optional>
 #include <vector>
 
+#include "robocache/augment.h"
 #include "robocache/interp_args.h"
 #include "robocache/mode.h"
 #include "robocache/voxel.h"
@@ -187,5 +188,24 @@ std::vector<c10::SymInt> anchor_window_shape(const at::Tensor& values, const Anc
 
 // The output shape of an anchor-row table: (B, *rows.shape[1:]).
 std::vector<c10::SymInt> anchor_row_shape(const at::Tensor& rows, const AnchorWindowSizes& n);
+
+// ---- augment (csrc/checks/augment.cpp)
+
+struct AugmentChecked {
+  augment::Output output;
+  c10::SymInt B, F, H, W, C, out_h, out_w;
+};
+
+// images (B, F, H, W, C) uint8 with C 1 or 3; params (B, 10) float32 on the
+// images' device; height, width >= 1; output uint8 | float | float_chw.
+AugmentChecked check_augment(const at::Tensor& images, const at::Tensor& params,
+                             const c10::SymInt& height, const c10::SymInt& width,
+                             c10::string_view output);
+
+// The output shape: (B, F, out_h, out_w, C), or (B, F, C, out_h, out_w) for float_chw.
+std::vector<c10::SymInt> augment_shape(const AugmentChecked& checked);
+
+// The dtype the output has: uint8, or float32.
+at::ScalarType augment_dtype(const AugmentChecked& checked);
 
 }  // namespace robocache

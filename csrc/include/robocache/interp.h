@@ -8,15 +8,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "robocache/host_device.h"
 #include "robocache/mode.h"
-
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define ROBOCACHE_HD __host__ __device__ __forceinline__
-#define ROBOCACHE_UNROLL _Pragma("unroll")
-#else
-#define ROBOCACHE_HD inline
-#define ROBOCACHE_UNROLL
-#endif
 
 namespace robocache {
 

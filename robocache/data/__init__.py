@@ -12,6 +12,7 @@ Nothing flows backwards: the loaders know the store, the sampler knows the
 store and the operators, and neither the store nor the operators know them.
 """
 
+from .augment import Augment
 from .errors import LoaderError
 from .loaders import (
     load_bag,
@@ -27,6 +28,7 @@ from .sampler import WindowSampler
 from .store import EpisodeStore, PackedStream
 
 __all__ = [
+    "Augment",
     "EpisodeStore",
     "LoaderError",
     "Mixture",

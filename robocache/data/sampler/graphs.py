@@ -96,3 +96,43 @@ class BatchGraphs:
         slot = _Slot(static_index, graph, batch)
         slot.held()
         return slot
+
+
+_WHERE = "WindowSampler"
+
+
+def make_graphs(sampler, cuda_graph, graph_buffers, on_gpu):
+    """A WindowSampler's BatchGraphs, or None: ``cuda_graph`` checked, its
+    default (on where every key is read on the GPU, batches go there and no
+    augmentation draws on the host) applied."""
+    if cuda_graph is not None and not isinstance(cuda_graph, bool):
+        raise ValueError(
+            f"{_WHERE}: cuda_graph must be True or False, or None for the default; "
+            f"got {cuda_graph!r}"
+        )
+    if graph_buffers is None:
+        graph_buffers = 2 + sampler.prefetch
+    if isinstance(graph_buffers, bool) or not isinstance(graph_buffers, int) or graph_buffers < 1:
+        raise ValueError(f"{_WHERE}: graph_buffers must be an int >= 1; got {graph_buffers!r}")
+    if cuda_graph is None:  # on where it is safe: the GPU, and batches kept stay kept
+        cuda_graph = on_gpu and COUNTS_REFERENCES and sampler._augmentation is None
+    if not cuda_graph:
+        return None
+    if sampler._augmentation is not None:
+        raise ValueError(
+            f"{_WHERE}: cuda_graph=True with augment: each batch's augmentation is drawn "
+            "on the host, outside any CUDA graph; use cuda_graph=False"
+        )
+    if sampler._frame_keys:
+        raise ValueError(
+            f"{_WHERE}: cuda_graph=True: {sampler._frame_keys[0].plan.key!r} holds encoded "
+            "frames, which are decoded per batch outside any CUDA graph; use "
+            "cuda_graph=False (or a store built with frames='raw')"
+        )
+    if sampler._anchors.device.type != "cuda" or sampler.device.type != "cuda":
+        raise ValueError(
+            f"{_WHERE}: cuda_graph=True needs the store and the batches on a CUDA device "
+            f"(store.to('cuda'), or every key placed 'cuda' or 'pinned'); the store is on "
+            f"{sampler.store.device}"
+        )
+    return BatchGraphs(sampler._batch, sampler._anchors, graph_buffers)

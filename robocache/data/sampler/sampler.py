@@ -14,9 +14,10 @@ from ..frames import FrameDecoding
 from ..mixture import Mixture
 from ..time import ns_to_seconds
 from . import order, plan, transform
+from .augmentation import Augmentation
 from .calls import WindowCalls
 from .decode import FrameKey
-from .graphs import COUNTS_REFERENCES, BatchGraphs
+from .graphs import make_graphs
 from .mixed import MixtureSampler
 from .prefetch import prefetched
 from .readahead import MappedKey, ReadAhead
@@ -60,7 +61,11 @@ class WindowSampler:
         drop_n_last_frames: anchors exclude each episode's last n frames.
         device: where batches go (default: the store's device).
         normalize: key -> ``"mean_std"`` or ``"min_max"`` (to [-1, 1]), with
-            the store's statistics, on the device.
+            the store's statistics, on the device; or (that, mask): a bool
+            per entry of the samples' last axis, False where it is left
+            as it is (a gripper's dimension, as Octo's
+            ``action_normalization_mask``; in a mixture, a narrower store
+            takes the mask's first entries).
         images: how image keys come out, for every key (a str) or per key
             (a dict; keys it leaves out come as stored): ``"uint8"`` (as
             stored), ``"float"`` (uint8 frames as float32 in [0, 1]) or
@@ -107,6 +112,12 @@ class WindowSampler:
             threads). Their windows are cut on the host over row numbers;
             each distinct frame of a batch is decoded once, on the host's
             thread pool, read ahead with the mapped keys; no CUDA graph.
+        augment: key -> ``robocache.data.Augment``: random crops, rotations
+            and colour jitter of uint8 (H, W, C) frames, one draw per window
+            (every frame of a window alike), from (seed, step, rank), applied
+            on the batch's device in one call per key, which also makes the
+            key's ``images`` form; no CUDA graph. ``batch_at(index, step)``
+            takes the step.
 
     A batch is a dict: ``key`` (B, len(deltas), *shape), ``key_is_pad``
     (B, len(deltas)) bool, and ``index``, ``episode_index``, ``frame_index``,
@@ -151,6 +162,7 @@ class WindowSampler:
         prefetch=1,
         read_ahead=2,
         decoding=None,
+        augment=None,
     ):
         self.store = store
         self.rank, self.world_size = order.resolve_ranks(rank, world_size, store)
@@ -185,6 +197,8 @@ class WindowSampler:
             for key, deltas in delta_timestamps.items()
         ]
         self.keys = {p.key: p for p in self.plans}
+        self._augmentation = Augmentation(augment, self.plans, store) if augment else None
+        self._augment_step = 0  # batch_at's step when none is given
         self.anchor = anchor if anchor is not None else order.default_anchor(store)
         for name, value in (("drop_last", drop_last), ("shuffle", shuffle), ("key_age", key_age)):
             if not isinstance(value, bool):
@@ -263,7 +277,7 @@ class WindowSampler:
         on_gpu = self._anchors.is_cuda and self.device.type == "cuda"
         self.prefetch = prefetch if on_gpu else 0
         self._cuda_stream = torch.cuda.Stream(self.device) if self.prefetch else None
-        self._graphs = self._make_graphs(cuda_graph, graph_buffers, on_gpu)
+        self._graphs = make_graphs(self, cuda_graph, graph_buffers, on_gpu)
         if isinstance(read_ahead, bool) or not isinstance(read_ahead, int) or read_ahead < 0:
             raise ValueError(f"{_WHERE}: read_ahead must be an int >= 0; got {read_ahead!r}")
         self.read_ahead = read_ahead
@@ -275,38 +289,6 @@ class WindowSampler:
             and store[p.key].encoding is None
         ]
         self._edge = edge
-
-    def _make_graphs(self, cuda_graph, graph_buffers, on_gpu):
-        if cuda_graph is not None and not isinstance(cuda_graph, bool):
-            raise ValueError(
-                f"{_WHERE}: cuda_graph must be True or False, or None for the default; "
-                f"got {cuda_graph!r}"
-            )
-        if graph_buffers is None:
-            graph_buffers = 2 + self.prefetch
-        if (
-            isinstance(graph_buffers, bool)
-            or not isinstance(graph_buffers, int)
-            or graph_buffers < 1
-        ):
-            raise ValueError(f"{_WHERE}: graph_buffers must be an int >= 1; got {graph_buffers!r}")
-        if cuda_graph is None:  # on where it is safe: the GPU, and batches kept stay kept
-            cuda_graph = on_gpu and COUNTS_REFERENCES
-        if not cuda_graph:
-            return None
-        if self._frame_keys:
-            raise ValueError(
-                f"{_WHERE}: cuda_graph=True: {self._frame_keys[0].plan.key!r} holds encoded "
-                "frames, which are decoded per batch outside any CUDA graph; use "
-                "cuda_graph=False (or a store built with frames='raw')"
-            )
-        if self._anchors.device.type != "cuda" or self.device.type != "cuda":
-            raise ValueError(
-                f"{_WHERE}: cuda_graph=True needs the store and the batches on a CUDA device "
-                f"(store.to('cuda'), or every key placed 'cuda' or 'pinned'); the store is on "
-                f"{self.store.device}"
-            )
-        return BatchGraphs(self._batch, self._anchors, graph_buffers)
 
     def _check_window_args(self):
         """Every check of the operator (modes, dtypes, devices, shapes, a build
@@ -363,11 +345,14 @@ class WindowSampler:
             )
         items = list(enumerate(parts))
 
+        first_step = self.epoch * len(self)
+
         def make_batch(item):
             i, index = item
             if reader is None:
-                return self.batch_at(index)
-            return self._batch(order.anchor_index(index, self._anchors.device), *reader.get(i))
+                return self.batch_at(index, step=first_step + i)
+            index = order.anchor_index(index, self._anchors.device)
+            return self._batch(index, *reader.get(i), step=first_step + i)
 
         try:
             if not self.prefetch:
@@ -381,15 +366,24 @@ class WindowSampler:
 
     # -- one batch -------------------------------------------------------------------
 
-    def batch_at(self, index):
+    def batch_at(self, index, step=None):
         """The batch whose anchors are ``index``: global frame indices (rows)
-        of the anchor stream, a (B,) integer tensor, array or list."""
+        of the anchor stream, a (B,) integer tensor, array or list.
+        ``step`` fixes the augmentation's draws (default: a count of the
+        calls that gave none)."""
         index = order.anchor_index(index, self._anchors.device)
         if self._graphs is not None:
             return self._graphs(index)
-        return self._batch(index)
+        return self._batch(index, step=step)
 
-    def _batch(self, index, substitutes=None, decoded=None):
+    def _batch(self, index, substitutes=None, decoded=None, step=None):
+        params = None
+        if self._augmentation is not None:
+            if step is None:
+                step, self._augment_step = self._augment_step, self._augment_step + 1
+            params = self._augmentation.params(
+                index.numel(), self.seed, step, self.rank, self.device
+            )
         # The store's tensors never need gradients: the op runs below autograd
         # (no autograd bookkeeping a call; the batch's tensors are ordinary).
         with torch._C._AutoDispatchBelowAutograd():
@@ -398,5 +392,5 @@ class WindowSampler:
                 outs[f.position] = f.frames(outs[f.position], (decoded or {}).get(f.position))
             return transform.assemble(
                 self.plans, outs, pads, ages, index, self._row_tables, rows, self.device,
-                self.key_age,
+                self.key_age, self._augmentation, params,
             )  # fmt: skip

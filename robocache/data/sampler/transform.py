@@ -1,5 +1,6 @@
-"""What happens to a batch after the kernel: each key's frames as float
-and channels-first, its normalisation, and the move to the batch's device."""
+"""What happens to a batch after the kernel: each key's augmentation, its
+frames as float and channels-first, its normalisation, and the move to the
+batch's device."""
 
 import torch
 
@@ -12,9 +13,12 @@ def move(t, device):
     return t.to(device, non_blocking=t.device.type == "cpu" and device.type != "cpu")
 
 
-def key_values(plan, values, device):
-    """One key's windows as the batch holds them."""
+def key_values(plan, values, device, augmentation=None, params=None):
+    """One key's windows as the batch holds them. An augmented key
+    (``params`` given) comes out of the augmentation in its form."""
     values = move(values, device)
+    if params is not None:
+        return augmentation.apply(plan.key, values, params)
     if plan.to_float:
         values = values.float().div_(255)
     if plan.scale is not None:
@@ -24,12 +28,26 @@ def key_values(plan, values, device):
     return values
 
 
-def assemble(plans, outs, pads, ages, index, row_tables, rows, device, key_age):
+def assemble(
+    plans,
+    outs,
+    pads,
+    ages,
+    index,
+    row_tables,
+    rows,
+    device,
+    key_age,
+    augmentation=None,
+    params=None,
+):
     """The batch dict: every key's windows and ``_is_pad`` (and ``_age`` in
-    seconds with ``key_age``), then ``index`` and the anchor rows' tables."""
+    seconds with ``key_age``), then ``index`` and the anchor rows' tables.
+    ``params``: key -> the augmentation's parameters of this batch."""
     batch = {}
+    params = params or {}
     for plan, values, is_pad, age in zip(plans, outs, pads, ages):
-        batch[plan.key] = key_values(plan, values, device)
+        batch[plan.key] = key_values(plan, values, device, augmentation, params.get(plan.key))
         batch[f"{plan.key}_is_pad"] = move(is_pad, device)
         if key_age:
             batch[f"{plan.key}_age"] = move(ns_to_seconds(age), device)

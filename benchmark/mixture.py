@@ -74,14 +74,18 @@ def main(argv=None):
         s = synthetic(args.episodes, args.frames, fps, width, names, args.size, seed=i).to(device)
         stores.append(s)
         entries.append((s, weight, {own: name for name, own in names.items()}))
-    mixture = Mixture(entries)
+    mixture = Mixture(entries)  # packed into one store where every key is on the GPU
     mixed = WindowSampler(mixture, DELTAS, batch_size=args.batch, device=device)
+    apart = WindowSampler(
+        Mixture(entries, pack=False), DELTAS, batch_size=args.batch, device=device
+    )
     single_keys = {specs[0][2][k]: d for k, d in DELTAS.items()}
     single = WindowSampler(stores[0], single_keys, batch_size=args.batch, device=device)
     steps = iter(range(10**9))
     anchors = iter(lambda: torch.randint(single.num_anchors, (args.batch,), device=device), None)
     batches = 5 if args.small else 50
     mixed_s = per_batch_seconds(lambda: mixed.batch_at_step(next(steps)), device, batches)
+    apart_s = per_batch_seconds(lambda: apart.batch_at_step(next(steps)), device, batches)
     single_s = per_batch_seconds(lambda: single.batch_at(next(anchors)), device, batches)
     counts = torch.zeros(3)
     for step in range(200):
@@ -92,14 +96,18 @@ def main(argv=None):
         "torch": torch.__version__,
         "batch": args.batch,
         "single_ms": single_s * 1e3,
+        "packed": mixed._packed is not None,
         "mixture_ms": mixed_s * 1e3,
         "ratio": mixed_s / single_s,
+        "per_store_ms": apart_s * 1e3,
+        "per_store_ratio": apart_s / single_s,
         "weights": mixture.weights.tolist(),
         "drawn_shares": shares,
     }
     print(
         f"single store {row['single_ms']:.3f} ms, mixture {row['mixture_ms']:.3f} ms a batch "
-        f"({row['ratio']:.2f}x); drawn {', '.join(f'{s:.3f}' for s in shares)} against "
+        f"({row['ratio']:.2f}x{', packed' if row['packed'] else ''}), each store cut apart "
+        f"{row['per_store_ms']:.3f} ms ({row['per_store_ratio']:.2f}x); drawn {', '.join(f'{s:.3f}' for s in shares)} against "
         f"weights 0.5, 0.3, 0.2 ({row['device']}, torch {row['torch']})"
     )
     if args.json:

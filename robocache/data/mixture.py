@@ -24,12 +24,19 @@ class Mixture:
         fill: the value of a floating key's windows in a store that lacks
             the key, and of the widths a narrower store lacks (other keys:
             0).
+        pack: whether the sampler packs the asked keys of every store into
+            one store on their CUDA device (a copy of those keys), so that a
+            batch is one launch replayed from a CUDA graph: None (the
+            default) where every store keeps them raw there and the copy
+            takes at most half the free device memory; True: always (else
+            an error); False: never (each store's part cut by its own
+            sampler).
 
     Every store keeps its own rates, statistics and episodes; a key a store
     lacks comes out zeros with ``<key>_is_pad`` all True.
     """
 
-    def __init__(self, entries, balance=False, *, epoch_steps=None, fill=0.0):
+    def __init__(self, entries, balance=False, *, epoch_steps=None, fill=0.0, pack=None):
         if not isinstance(entries, (list, tuple)) or not entries:
             raise ValueError(
                 f"{_WHERE}: entries must be a non-empty list of (store, weight[, key_map])"
@@ -42,7 +49,9 @@ class Mixture:
             raise ValueError(f"{_WHERE}: epoch_steps must be an int >= 1; got {epoch_steps!r}")
         if isinstance(fill, bool) or not isinstance(fill, numbers.Real):
             raise ValueError(f"{_WHERE}: fill must be a number; got {fill!r}")
-        self.epoch_steps, self.fill = epoch_steps, float(fill)
+        if pack not in (None, True, False):
+            raise ValueError(f"{_WHERE}: pack must be None, True or False; got {pack!r}")
+        self.epoch_steps, self.fill, self.pack = epoch_steps, float(fill), pack
         from .store import EpisodeStore
 
         self.stores, self.key_maps, weights = [], [], []

@@ -4,16 +4,21 @@ the batch is cut with one call of its own sampler (its own keys, rates,
 statistics and placement), and the parts are scattered into one batch in
 the mixture's names.
 
-The draws are made on the host from (seed, step, rank), with torch's CPU
-generator: splitting a batch between stores needs each store's count on
-the host, and drawing them there needs no read back from the GPU."""
+Where every store keeps the asked keys raw on the sampler's CUDA device,
+they are packed into one store (packed.py): a batch is then one window
+launch, drawn on the device and replayed from a CUDA graph. Elsewhere each
+store with windows in the batch is cut by its own sampler, the draws made on
+the host (splitting a batch between stores needs each store's count there).
+Both make the same draws from (seed, step, rank) (draws.py)."""
 
-import hashlib
 import math
 
 import torch
 
 from ..mixture import Mixture
+from .draws import Draws, step_base
+from .packed import PackedMixture, packable, packed_nbytes
+from .plan import masked_to
 from .prefetch import prefetched
 
 _WHERE = "WindowSampler"
@@ -22,14 +27,15 @@ _ROW_FIELDS = ("index", "episode_index", "frame_index", "timestamp", "task_index
 
 
 def _translate(per_key, mixture, i):
-    """A per-key dict in the mixture's names as store i's (keys it lacks dropped)."""
+    """A per-key dict in the mixture's names as store i's (keys it lacks
+    dropped; a normalisation mask cut to the store's width)."""
     if not isinstance(per_key, dict):
         return per_key
     out = {}
     for key, value in per_key.items():
         own = mixture.store_key(i, key)
         if own is not None:
-            out[own] = value
+            out[own] = masked_to(value, mixture.stores[i][own])
     return out
 
 
@@ -70,10 +76,13 @@ class MixtureSampler:
                 )
             per_store = {name: _translate(value, mixture, i) for name, value in options.items()}
             per_store["anchor"] = mixture.store_key(i, anchor) if anchor is not None else None
+            per_store.setdefault("cuda_graph", False)  # a part's size changes every batch
             try:
                 sampler = store_sampler(store, own, prefetch=0, **per_store)
             except (ValueError, TypeError) as e:
                 raise type(e)(f"{e} (the mixture's store {i})") from None
+            if sampler._augmentation is not None:  # each store's part draws apart
+                sampler._augmentation.salt = f"store {i}"
             self.samplers.append(sampler)
             self.task_offsets.append(len(tasks))
             tasks.extend(store.tasks)
@@ -89,6 +98,31 @@ class MixtureSampler:
         self.epoch = 0
         on_gpu = self.device.type == "cuda"
         self._cuda_stream = torch.cuda.Stream(self.device) if on_gpu and self.prefetch else None
+        counts = [s.num_anchors for s in self.samplers]
+        self._host_draws = Draws(mixture.weights, counts, torch.device("cpu"))
+        self._packed = None
+        if self._packs():
+            self._packed = PackedMixture(self, store_sampler, delta_timestamps, dict(options))
+
+    def _packs(self):
+        """Whether to pack: ``Mixture(pack=...)``; None packs on a CUDA device
+        where it can and the copy takes at most half its free memory."""
+        pack = self.mixture.pack
+        if pack is False:
+            return False
+        can = packable(self)
+        if pack is True and not can:
+            raise ValueError(
+                f"{_WHERE}: Mixture(pack=True) needs every store's asked keys and anchor "
+                f"stream raw (not encoded, not mapped) on the sampler's device "
+                f"({self.device}); use pack=None or False"
+            )
+        if pack is None and can:
+            if self.device.type != "cuda":
+                return False
+            free, _ = torch.cuda.mem_get_info(self.device)
+            can = packed_nbytes(self) <= free // 2
+        return can
 
     def _check_layout(self):
         """key -> (dtype, widest shape, whether widths differ, whether some
@@ -136,17 +170,13 @@ class MixtureSampler:
     def draws(self, step):
         """(store of each window (B,), anchor position of each window within
         its store's anchors (B,)), fixed by (seed, step, rank), on the host."""
-        digest = hashlib.sha256(f"{self.seed},{step},{self.rank}".encode()).digest()
-        generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
-        stores = torch.multinomial(
-            self.mixture.weights, self.batch_size, replacement=True, generator=generator
-        )
-        sizes = torch.tensor([s.num_anchors for s in self.samplers])[stores]
-        within = torch.rand(self.batch_size, generator=generator, dtype=torch.float64) * sizes
-        return stores, within.long().clamp_(max=sizes - 1)
+        base = step_base(self.seed, step, self.rank)
+        return self._host_draws(torch.arange(self.batch_size) + base)
 
     def batch_at_step(self, step):
         """The batch of global step ``step``."""
+        if self._packed is not None:
+            return self._packed.batch_at_step(step, step_base(self.seed, step, self.rank))
         stores, within = self.draws(step)
         batch = self._empty(stores)
         for i, sampler in enumerate(self.samplers):
@@ -154,7 +184,7 @@ class MixtureSampler:
             if where.numel() == 0:
                 continue
             rows = sampler._anchors[within[where].to(sampler._anchors.device)]
-            part = sampler.batch_at(rows)
+            part = sampler.batch_at(rows, step=step)
             self._scatter(batch, part, i, where.to(self.device, non_blocking=True))
         return batch
 

@@ -1,0 +1,194 @@
+"""A mixture's batches from one packed store: the asked keys of every store,
+back to back in one store on their CUDA device (a copy of those keys), with
+an anchor stream of each store's anchor times. A batch is then one window
+launch for every key, each window's draw computed on the device from one
+number a step, and each store's normalisation, fill and width mask gathered
+per window; all of it replayed from a CUDA graph (without augmentation,
+which draws on the host)."""
+
+import torch
+
+from ..store import EpisodeStore, PackedStream
+from .draws import Draws
+from .graphs import COUNTS_REFERENCES, BatchGraphs
+from .plan import _normalizer, masked_to
+
+# The packed store's anchor stream: each store's anchor times, no values.
+ANCHOR = "mixture anchors"
+
+
+def packable(sampler):
+    """Whether every store keeps the asked keys and its anchor stream raw
+    (not encoded, not mapped) on the sampler's device."""
+    for i, sub in enumerate(sampler.samplers):
+        store = sub.store
+        for own in [sampler.mixture.store_key(i, k) for k in sampler.keys] + [sub.anchor]:
+            if own is None:
+                continue
+            stream = store[own]
+            if (
+                stream.encoding is not None
+                or own in store.mapped
+                or stream.values.device != sampler.device
+                or stream.times.device != sampler.device
+            ):
+                return False
+    return True
+
+
+def packed_nbytes(sampler):
+    """Bytes the packed copy of the asked keys takes."""
+    total = 0
+    for i, sub in enumerate(sampler.samplers):
+        for key in sampler.keys:
+            own = sampler.mixture.store_key(i, key)
+            if own is not None:
+                s = sub.store[own]
+                total += s.values.numel() * s.values.element_size() + s.times.numel() * 8
+    return total
+
+
+class PackedMixture:
+    """One WindowSampler over the packed store, and the per-store tables."""
+
+    def __init__(self, outer, store_sampler, delta_timestamps, options):
+        mixture, device = outer.mixture, outer.device
+        stores = [s.store for s in outer.samplers]
+        streams, self.tables = {}, {}
+        for key in outer.keys:
+            streams[key] = self._pack_key(outer, key, stores, options.get("normalize"))
+        anchors = [store[s.anchor] for store, s in zip(stores, outer.samplers)]
+        times = torch.cat([a.times for a in anchors])
+        streams[ANCHOR] = PackedStream(
+            torch.empty((times.numel(), 0), dtype=torch.uint8, device=device),
+            times,
+            _joined_offsets([a.offsets for a in anchors]),
+        )
+        self.row_bases = torch.tensor(
+            [0] + [a.times.numel() for a in anchors], device=device
+        ).cumsum(0)[:-1]
+        episodes = {
+            "episode_index": torch.cat([s.episodes["episode_index"] for s in stores]),
+            "task_index": torch.cat(
+                [s.episodes["task_index"] + off for s, off in zip(stores, outer.task_offsets)]
+            ),
+        }
+        store = EpisodeStore(streams, episodes, outer.tasks)
+        inner = {k: v for k, v in options.items() if k != "normalize"}
+        inner.update(anchor=ANCHOR, prefetch=0, cuda_graph=False, shuffle=True)
+        self.sampler = store_sampler(store, delta_timestamps, **inner)
+        if self.sampler._augmentation is not None:
+            self.sampler._augmentation.salt = "packed"
+        for key, t in self.tables.items():  # statistics of 0..255 values, frames made float
+            if t["scale"] is not None and self.sampler.keys[key].to_float:
+                t["scale"] = t["scale"] * 255
+        # Each store's anchors: a contiguous run of the packed sampler's.
+        rows = self.sampler._anchors
+        bounds = torch.cat([self.row_bases, torch.tensor([times.numel()], device=device)])
+        counts = torch.searchsorted(rows, bounds).diff().tolist()
+        self.draws = Draws(mixture.weights, counts, device)
+        self.outer = outer
+        self._base = torch.zeros(1, dtype=torch.int64, device=device)
+        self._windows = torch.arange(outer.batch_size, device=device)
+        graphs = device.type == "cuda" and self.sampler._augmentation is None and COUNTS_REFERENCES
+        self._graphs = BatchGraphs(self._batch, self._base, 2 + outer.prefetch) if graphs else None
+
+    def _pack_key(self, outer, key, stores, normalize):
+        """The key's streams back to back (narrower widths padded, lacking
+        stores empty), and its per-store tables: normalisation, fill, width."""
+        batch_dtype, widest, ragged, lacking = outer._layout[key]
+        # The samples as stored (the layout's are as the batch holds them).
+        i = next(i for i in range(len(stores)) if outer.mixture.store_key(i, key))
+        first = stores[i][outer.mixture.store_key(i, key)]
+        dtype, widest = first.sample_dtype, widest if ragged else first.sample_shape
+        device, fill = outer.device, outer.fill if batch_dtype.is_floating_point else 0
+        values, times, offsets, widths, scales, shifts = [], [], [], [], [], []
+        how = (normalize or {}).get(key)
+        for i, store in enumerate(stores):
+            own = outer.mixture.store_key(i, key)
+            if own is None:
+                values.append(torch.empty((0, *widest), dtype=dtype, device=device))
+                times.append(torch.empty(0, dtype=torch.int64, device=device))
+                offsets.append(
+                    torch.zeros(store.num_episodes + 1, dtype=torch.int64, device=device)
+                )
+                widths.append(0)
+                scales.append(torch.ones(widest, device=device))
+                shifts.append(torch.zeros(widest, device=device))
+                continue
+            s = store[own]
+            v = s.values
+            if ragged and v.shape[-1] < widest[0]:
+                v = torch.nn.functional.pad(v, (0, widest[0] - v.shape[-1]), value=fill)
+            values.append(v)
+            times.append(s.times)
+            offsets.append(s.offsets)
+            widths.append(s.values.shape[-1] if ragged else None)
+            if how:
+                scale, shift = _normalizer(own, s, masked_to(how, s))
+            else:
+                scale, shift = torch.ones(()), torch.zeros(())
+            scales.append(_padded(scale.to(device), widest, 1.0))
+            shifts.append(_padded(shift.to(device), widest, 0.0))
+        # Per store: where the window holds the fill (a lacking store, a narrower width).
+        filled = torch.zeros((len(stores), *widest), dtype=torch.bool, device=device)
+        for i, w in enumerate(widths):
+            if w == 0:
+                filled[i] = True
+            elif w is not None:
+                filled[i, w:] = True
+        self.tables[key] = {
+            "scale": torch.stack(scales) if how else None,
+            "shift": torch.stack(shifts) if how else None,
+            "filled": filled if (ragged or lacking) else None,
+            "mask": ~filled if ragged else None,
+            "fill": fill,
+        }
+        return PackedStream(torch.cat(values), torch.cat(times), _joined_offsets(offsets))
+
+    def batch_at_step(self, step, base):
+        """The batch of ``step``, whose first window's key is ``base`` (draws.step_base)."""
+        if self._graphs is None:
+            self._base.fill_(base)
+            return self._batch(self._base, step)
+        return self._graphs(torch.full((1,), base, dtype=torch.int64, device=self._base.device))
+
+    def _batch(self, base, step=None):
+        keys = base + self._windows
+        store, within = self.draws(keys)
+        rows = self.sampler._anchors[self.draws.starts[store] + within]
+        batch = self.sampler._batch(rows, step=step)
+        for key, t in self.tables.items():
+            x = batch[key]
+            chw = self.sampler.keys[key].to_chw
+            if t["scale"] is not None:
+                scale, shift = t["scale"][store], t["shift"][store]
+                if chw:
+                    scale, shift = scale.movedim(-1, -3), shift.movedim(-1, -3)
+                x = torch.addcmul(shift.unsqueeze(1), x, scale.unsqueeze(1))
+            if t["filled"] is not None and t["fill"] != 0:
+                filled = t["filled"][store].unsqueeze(1)
+                x = torch.where(filled.movedim(-1, -3) if chw else filled, t["fill"], x)
+            batch[key] = x
+            if t["mask"] is not None:
+                batch[f"{key}_mask"] = t["mask"][store]
+        batch["index"] = rows - self.row_bases[store]
+        batch["dataset_index"] = store
+        return batch
+
+
+def _padded(t, shape, value):
+    """``t`` broadcast to ``shape``, a narrower last axis padded with ``value``."""
+    if t.dim() and tuple(t.shape) != tuple(shape):
+        t = torch.nn.functional.pad(t, (0, shape[-1] - t.shape[-1]), value=value)
+    return t.float().expand(shape).contiguous()
+
+
+def _joined_offsets(offsets):
+    """Offsets of streams placed back to back, episodes in order."""
+    parts, base = [], 0
+    for off in offsets:
+        parts.append(off[:-1] + base)
+        base += int(off[-1])
+    parts.append(torch.tensor([base], dtype=torch.int64, device=offsets[0].device))
+    return torch.cat(parts)

@@ -166,7 +166,24 @@ def _plan_image(plan, shape, dtype, form):
 
 
 def _normalizer(key, stream, how):
-    """(scale, shift) with x * scale + shift the normalized value (float32)."""
+    """(scale, shift) with x * scale + shift the normalized value (float32).
+    ``how``: a name, or (name, mask): a bool per entry of the sample's last
+    axis, False where the entry is left as it is (Octo's
+    ``action_normalization_mask``)."""
+    mask = None
+    if isinstance(how, (tuple, list)) and len(how) == 2 and how[0] in NORMALIZE:
+        how, mask = how
+        width = stream.sample_shape[-1] if stream.sample_shape else 1
+        if (
+            isinstance(mask, (str, bytes))
+            or not hasattr(mask, "__len__")
+            or len(mask) != width
+            or not all(isinstance(m, bool) for m in mask)
+        ):
+            raise ValueError(
+                f"{_WHERE}: normalize[{key!r}]: the mask must be {width} bools, one per entry "
+                f"of the samples' last axis; got {mask!r}"
+            )
     if how not in NORMALIZE:
         raise ValueError(
             f"{_WHERE}: normalize[{key!r}] must be 'mean_std' or 'min_max'; got {how!r}"
@@ -184,7 +201,18 @@ def _normalizer(key, stream, how):
     else:
         scale = 2 / (stream.stats["max"] - stream.stats["min"] + eps)
         shift = -1 - stream.stats["min"] * scale
+    if mask is not None:
+        keep = ~torch.tensor(mask, device=scale.device)
+        scale, shift = scale.masked_fill(keep, 1.0), shift.masked_fill(keep, 0.0)
     return scale.float(), shift.float()
+
+
+def masked_to(how, stream):
+    """A normalize entry (name, mask) with its mask cut to ``stream``'s width."""
+    if isinstance(how, (tuple, list)) and len(how) == 2 and isinstance(how[1], (list, tuple)):
+        shape = stream.sample_shape
+        return (how[0], list(how[1])[: shape[-1] if shape else 1])
+    return how
 
 
 def positive_int(x, what):

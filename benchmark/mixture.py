@@ -13,6 +13,7 @@ against its weight.
 
 import argparse
 import json
+import statistics
 import sys
 
 import torch
@@ -83,10 +84,21 @@ def main(argv=None):
     single = WindowSampler(stores[0], single_keys, batch_size=args.batch, device=device)
     steps = iter(range(10**9))
     anchors = iter(lambda: torch.randint(single.num_anchors, (args.batch,), device=device), None)
-    batches = 5 if args.small else 50
-    mixed_s = per_batch_seconds(lambda: mixed.batch_at_step(next(steps)), device, batches)
-    apart_s = per_batch_seconds(lambda: apart.batch_at_step(next(steps)), device, batches)
-    single_s = per_batch_seconds(lambda: single.batch_at(next(anchors)), device, batches)
+    batches, rounds = (5, 1) if args.small else (50, 7)
+    timings = {"mixed": [], "apart": [], "single": []}
+    for _ in range(rounds):  # interleaved, so that a slow spell of the host hits all three
+        timings["mixed"].append(
+            per_batch_seconds(lambda: mixed.batch_at_step(next(steps)), device, batches)
+        )
+        timings["apart"].append(
+            per_batch_seconds(lambda: apart.batch_at_step(next(steps)), device, batches)
+        )
+        timings["single"].append(
+            per_batch_seconds(lambda: single.batch_at(next(anchors)), device, batches)
+        )
+    mixed_s, apart_s, single_s = (
+        statistics.median(timings[k]) for k in ("mixed", "apart", "single")
+    )
     counts = torch.zeros(3)
     for step in range(200):
         counts += torch.bincount(mixed.draws(step)[0], minlength=3)

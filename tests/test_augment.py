@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import DEVICES
+from conftest import requires_cuda
 
 import robocache
 from robocache import reference
@@ -188,6 +188,33 @@ def test_bad_parameter_values_are_refused_on_the_cpu(column, value, message):
         robocache.augment(images, params, 16)
 
 
+def torchvision_geometry(images, params, size):
+    """torchvision's resized_crop then rotate of every frame, (B, F, h, w, C)."""
+    rows = []
+    for b, p in enumerate(params.tolist()):
+        x = images[b].permute(0, 3, 1, 2)  # (F, C, H, W): torchvision's layout
+        x = TF.resized_crop(x, *(int(v) for v in p[:4]), list(size), antialias=True)
+        if p[4] != 0:
+            x = TF.rotate(x, p[4], interpolation=InterpolationMode.BILINEAR, fill=0)
+        rows.append(x.permute(0, 2, 3, 1))
+    return torch.stack(rows)
+
+
+def torchvision_jitter(images, params):
+    """torchvision's adjust_* of every frame in each row's order."""
+    ops = (TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue)
+    rows = []
+    for b, p in enumerate(params.tolist()):
+        x = images[b].permute(0, 3, 1, 2)
+        order = int(p[9])
+        for k in range(4):
+            op = (order >> (2 * (3 - k))) & 3
+            if not math.isnan(p[5 + op]):
+                x = ops[op](x, p[5 + op])
+        rows.append(x.permute(0, 2, 3, 1))
+    return torch.stack(rows)
+
+
 @pytest.mark.skipif(TF is None, reason="torchvision is not importable here")
 @pytest.mark.parametrize("case", list(CASES))
 def test_equals_torchvision_fed_the_same_parameters(device, case):
@@ -196,37 +223,27 @@ def test_equals_torchvision_fed_the_same_parameters(device, case):
     params = drawn(aug, images)
     size = aug.output_size(64, 80)
     got = robocache.augment(images, params, size)
-    rows = []
-    for b, p in enumerate(params.tolist()):
-        x = images[b].permute(0, 3, 1, 2)  # (F, C, H, W): torchvision's layout
-        x = TF.resized_crop(x, *(int(v) for v in p[:4]), list(size), antialias=True)
-        if p[4] != 0:
-            x = TF.rotate(x, p[4], interpolation=InterpolationMode.BILINEAR, fill=0)
-        order = int(p[9])
-        for k in range(4):
-            op = (order >> (2 * (3 - k))) & 3
-            if not math.isnan(p[5 + op]):
-                x = (TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue)[
-                    op
-                ](x, p[5 + op])
-        rows.append(x.permute(0, 2, 3, 1))
-    expected = torch.stack(rows)
-    if device == "cpu" and case not in ("jitter", "rotation", "random crop", "whole frame"):
-        # torchvision's CPU resize of uint8 uses fixed-point weights: a level apart in places.
-        d = levels(got, expected)
-        assert d.max() <= (1 if case != "all" else 4) and (d <= 1).float().mean() > 0.999
-    else:
+    geometry = torchvision_geometry(images, params, size)
+    expected = torchvision_jitter(geometry, params)
+    if device == "cuda" or case in ("jitter", "rotation", "random crop", "whole frame"):
         assert_near(got, expected, case)
+        return
+    # torchvision's CPU resize of uint8 uses fixed-point weights: a level apart
+    # in about a sixth of the pixels, which a jitter chain carries further.
+    # So the geometry is compared alone, and the jitter on torchvision's geometry.
+    plain = params.clone()
+    plain[:, 5:9] = math.nan
+    assert levels(robocache.augment(images, plain, size), geometry).max() <= 1
+    identity = params.clone()
+    identity[:, :5] = torch.tensor([0.0, 0.0, *size, 0.0])
+    assert_near(robocache.augment(geometry.contiguous(), identity, size), expected, "jitter")
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_cuda_equals_cpu(device):
-    if device == "cpu":
-        pytest.skip("compares the CUDA kernel with the CPU's")
+@requires_cuda
+def test_cuda_equals_cpu():
     images = frames()
     aug = Augment(**CASES["all"])
     params = drawn(aug, images)
-    d = levels(
-        robocache.augment(images.cuda(), params.cuda(), 56), robocache.augment(images, params, 56)
-    )
+    on_gpu = robocache.augment(images.cuda(), params.cuda(), 56).cpu()
+    d = levels(on_gpu, robocache.augment(images, params, 56))
     assert (d <= 1).float().mean() >= 0.999 and d.max() <= 4

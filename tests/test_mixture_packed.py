@@ -113,9 +113,9 @@ def test_a_normalisation_mask_leaves_its_dimensions_as_they_are(stores):
     deltas = {"act": [0.0, 0.1]}
     mask = [True, False, True, True, True, True, False]
     plain = WindowSampler(a, deltas, batch_size=8, shuffle=False).batch_at(torch.arange(8))
-    masked = WindowSampler(
-        a, deltas, batch_size=8, normalize={"act": ("mean_std", mask)}
-    ).batch_at(torch.arange(8))
+    masked = WindowSampler(a, deltas, batch_size=8, normalize={"act": ("mean_std", mask)}).batch_at(
+        torch.arange(8)
+    )
     whole = WindowSampler(a, deltas, batch_size=8, normalize={"act": "mean_std"}).batch_at(
         torch.arange(8)
     )

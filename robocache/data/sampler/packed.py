@@ -17,6 +17,18 @@ from .plan import _normalizer, masked_to
 ANCHOR = "mixture anchors"
 
 
+def _same_device(a, b):
+    """Whether two devices are one ("cuda" is the current CUDA device)."""
+    if a.type != b.type:
+        return False
+    if a.type != "cuda":
+        return True
+    current = torch.cuda.current_device()
+    return (a.index if a.index is not None else current) == (
+        b.index if b.index is not None else current
+    )
+
+
 def packable(sampler):
     """Whether every store keeps the asked keys and its anchor stream raw
     (not encoded, not mapped) on the sampler's device."""
@@ -29,8 +41,8 @@ def packable(sampler):
             if (
                 stream.encoding is not None
                 or own in store.mapped
-                or stream.values.device != sampler.device
-                or stream.times.device != sampler.device
+                or not _same_device(stream.values.device, sampler.device)
+                or not _same_device(stream.times.device, sampler.device)
             ):
                 return False
     return True

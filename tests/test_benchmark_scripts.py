@@ -236,7 +236,9 @@ def test_frames_benchmark_runs_small(workdir, tmp_path):
     assert all(row["frames_per_s"] > 0 and row["raw_over_jpeg"] > 1 for row in rows)
     # Decoders with libjpeg's accurate IDCT and upsampling give Pillow's pixels;
     # the fast IDCT and nvJPEG (torchvision's CUDA decode) differ by design.
-    exact = [row for row in rows if row["decoder"] not in ("simplejpeg-fastdct", "torchvision-cuda")]
+    exact = [
+        row for row in rows if row["decoder"] not in ("simplejpeg-fastdct", "torchvision-cuda")
+    ]
     assert exact and all(row["max_levels_from_pil"] == 0 for row in exact)
 
 

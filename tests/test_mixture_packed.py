@@ -9,7 +9,7 @@ import torch
 from conftest import DEVICES, requires_cuda
 from test_mixture import DELTAS, store
 
-from robocache.data import Augment, Mixture, WindowSampler
+from robocache.data import Augment, EpisodeStore, Mixture, WindowSampler
 from robocache.data.sampler.draws import Draws, step_base, uniform
 
 
@@ -40,6 +40,13 @@ OPTIONS = {
         {},
         {"augment": {"top": Augment(crop_size=5, crop_scale=(0.5, 1.0), brightness=0.2)}},
     ),
+    "augmented, float and filled": (
+        {"fill": -1.0},
+        {
+            "augment": {"wrist": Augment(crop_size=4, crop_scale=(0.5, 1.0), contrast=0.3)},
+            "images": "float_chw",
+        },
+    ),
     "anchored": ({}, {"anchor": "top", "drop_n_last_frames": 1}),
 }
 
@@ -56,10 +63,9 @@ def test_packed_batches_equal_each_stores_own(stores, device, case):
         assert sorted(x) == sorted(y)
         assert len(set(x["dataset_index"].tolist())) == 3
         for key in x:
-            if case == "augmented" and key == "top":  # each path draws its own crops
-                assert x[key].shape == y[key].shape == (48, 2, 5, 5, 3)
-                continue
             torch.testing.assert_close(y[key], x[key], rtol=1e-6, atol=1e-6, msg=key)
+        if case == "augmented":
+            assert x["top"].shape == (48, 2, 5, 5, 3)
 
 
 def test_draws_are_the_same_on_the_host_and_the_device_and_follow_the_weights():
@@ -125,3 +131,37 @@ def test_a_normalisation_mask_leaves_its_dimensions_as_they_are(stores):
     for bad in ([True] * 6, [1] * 7, "mask"):
         with pytest.raises(ValueError, match="the mask must be 7 bools"):
             WindowSampler(a, deltas, normalize={"act": ("mean_std", bad)})
+
+
+def test_frames_of_different_sizes_augmented_to_one_are_cut_apart():
+    g = torch.Generator().manual_seed(0)
+
+    def frames(h, w):
+        t = torch.arange(6) * 10**8
+        x = torch.randint(0, 256, (6, h, w, 3), generator=g, dtype=torch.uint8)
+        return EpisodeStore.from_episodes([{"top": (x, t)}] * 2, progress=False)
+
+    small, large = frames(6, 8), frames(9, 12)
+    aug = {"top": Augment(crop_size=4, crop_scale=(0.5, 1.0))}
+    for pack in (None, False):
+        sampler = WindowSampler(
+            Mixture([(small, 0.5), (large, 0.5)], pack=pack), {"top": [0.0]}, batch_size=8,
+            augment=aug,
+        )  # fmt: skip
+        assert sampler._packed is None and sampler.batch_at_step(1)["top"].shape == (8, 1, 4, 4, 3)
+    with pytest.raises(
+        ValueError, match=r"'top' has samples of shapes \[\(6, 8, 3\), \(9, 12, 3\)\]"
+    ):
+        WindowSampler(Mixture([(small, 0.5), (large, 0.5)], pack=True), {"top": [0.0]}, augment=aug)
+
+
+def test_a_mask_on_a_scalar_key():
+    t = torch.arange(5) * 10**8
+    s = EpisodeStore.from_episodes([{"g": (torch.randn(5), t)}] * 2, progress=False)
+    for pack in (False, True):
+        mix = Mixture([(s, 0.5), (s, 0.5)], pack=pack)
+        batch = WindowSampler(
+            mix, {"g": [0.0]}, batch_size=4, normalize={"g": ("mean_std", [False])}
+        ).batch_at_step(0)
+        raw = WindowSampler(mix, {"g": [0.0]}, batch_size=4).batch_at_step(0)
+        assert torch.equal(batch["g"], raw["g"])

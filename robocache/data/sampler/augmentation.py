@@ -7,7 +7,6 @@ import torch
 
 from ...ops.augment import augment as augment_op
 from ..augment import Augment, augment_generator
-from .plan import image_layout
 
 _WHERE = "WindowSampler"
 
@@ -35,12 +34,7 @@ class Augmentation:
                 )
             stream, plan = store[key], by_key[key]
             shape = tuple(stream.sample_shape)
-            if (
-                stream.sample_dtype != torch.uint8
-                or len(shape) != 3
-                or image_layout(key, shape) != "hwc"
-                or shape[-1] not in (1, 3)
-            ):
+            if stream.sample_dtype != torch.uint8 or len(shape) != 3 or shape[-1] not in (1, 3):
                 raise ValueError(
                     f"{_WHERE}: augment[{key!r}]: augmentation takes uint8 (H, W, C) frames with "
                     f"1 or 3 channels; {key!r} holds {stream.sample_dtype} samples of shape {shape}"
@@ -51,18 +45,31 @@ class Augmentation:
                     "augmented frames in the policy (the store's statistics are per pixel of "
                     "the frames as stored)"
                 )
-            out = aug.output_size(shape[0], shape[1])
+            try:
+                out = aug.output_size(shape[0], shape[1])
+            except ValueError as e:
+                raise ValueError(f"{_WHERE}: augment[{key!r}]: {e}") from None
             form = "float_chw" if plan.to_chw else "float" if plan.to_float else "uint8"
             self.keys[key] = (aug, shape[:2], out, form)
 
-    def params(self, windows, seed, step, rank, device):
-        """key -> (windows, 10) float32 parameters on ``device``."""
+    def params(self, windows, seed, step, rank, device, parts=None):
+        """key -> (windows, 10) float32 parameters on ``device``. ``parts``:
+        [(salt, window positions)], each part drawn from its own salt's
+        stream, as a sampler with that salt draws its windows (a packed
+        mixture's stores); default: one part, this sampler's salt."""
         out = {}
+        if parts is None:
+            parts = [(self.salt, None)]
         for key, (aug, (height, width), _, _) in self.keys.items():
-            # Shared cameras start the same stream of numbers, so they draw alike.
-            stream = f"{self.salt}/shared" if aug.share_cameras else f"{self.salt}/{key}"
-            g = augment_generator(seed, step, rank, stream)
-            rows = aug.draw(windows, height, width, g)
+            rows = torch.empty((windows, 10), dtype=torch.float32)
+            for salt, where in parts:
+                # Shared cameras start the same stream of numbers, so they draw alike.
+                stream = f"{salt}/shared" if aug.share_cameras else f"{salt}/{key}"
+                g = augment_generator(seed, step, rank, stream)
+                if where is None:
+                    rows = aug.draw(windows, height, width, g)
+                elif where.numel():
+                    rows[where] = aug.draw(where.numel(), height, width, g)
             if device.type == "cuda":
                 rows = rows.pin_memory().to(device, non_blocking=True)
             out[key] = rows

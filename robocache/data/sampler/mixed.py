@@ -110,13 +110,14 @@ class MixtureSampler:
         pack = self.mixture.pack
         if pack is False:
             return False
-        can = packable(self)
-        if pack is True and not can:
+        why_not = packable(self)
+        if pack is True and why_not:
             raise ValueError(
                 f"{_WHERE}: Mixture(pack=True) needs every store's asked keys and anchor "
                 f"stream raw (not encoded, not mapped) on the sampler's device "
-                f"({self.device}); use pack=None or False"
+                f"({self.device}), with samples of one shape; {why_not}. Use pack=None or False"
             )
+        can = why_not is None
         if pack is None and can:
             if self.device.type != "cuda":
                 return False

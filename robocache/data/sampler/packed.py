@@ -30,22 +30,34 @@ def _same_device(a, b):
 
 
 def packable(sampler):
-    """Whether every store keeps the asked keys and its anchor stream raw
-    (not encoded, not mapped) on the sampler's device."""
+    """None where every store keeps the asked keys and its anchor stream raw
+    (not encoded, not mapped) on the sampler's device, with samples of one
+    shape (1-D widths apart); else why not."""
+    for key in sampler.keys:
+        if sampler._layout[key][2]:  # 1-D widths, padded to the widest
+            continue
+        shapes = {
+            tuple(sub.store[own].sample_shape)
+            for i, sub in enumerate(sampler.samplers)
+            if (own := sampler.mixture.store_key(i, key)) is not None
+        }
+        if len(shapes) > 1:
+            return f"{key!r} has samples of shapes {sorted(shapes)} in different stores"
     for i, sub in enumerate(sampler.samplers):
         store = sub.store
         for own in [sampler.mixture.store_key(i, k) for k in sampler.keys] + [sub.anchor]:
             if own is None:
                 continue
             stream = store[own]
-            if (
-                stream.encoding is not None
-                or own in store.mapped
-                or not _same_device(stream.values.device, sampler.device)
-                or not _same_device(stream.times.device, sampler.device)
+            if stream.encoding is not None:
+                return f"store {i}'s {own!r} holds encoded frames"
+            if own in store.mapped:
+                return f"store {i}'s {own!r} is mapped from its file"
+            if not _same_device(stream.values.device, sampler.device) or not _same_device(
+                stream.times.device, sampler.device
             ):
-                return False
-    return True
+                return f"store {i}'s {own!r} is on {stream.values.device}"
+    return None
 
 
 def packed_nbytes(sampler):
@@ -89,8 +101,6 @@ class PackedMixture:
         inner = {k: v for k, v in options.items() if k != "normalize"}
         inner.update(anchor=ANCHOR, prefetch=0, cuda_graph=False, shuffle=True)
         self.sampler = store_sampler(store, delta_timestamps, **inner)
-        if self.sampler._augmentation is not None:
-            self.sampler._augmentation.salt = "packed"
         for key, t in self.tables.items():  # statistics of 0..255 values, frames made float
             if t["scale"] is not None and self.sampler.keys[key].to_float:
                 t["scale"] = t["scale"] * 255
@@ -142,13 +152,15 @@ class PackedMixture:
                 scale, shift = torch.ones(()), torch.zeros(())
             scales.append(_padded(scale.to(device), widest, 1.0))
             shifts.append(_padded(shift.to(device), widest, 0.0))
-        # Per store: where the window holds the fill (a lacking store, a narrower width).
-        filled = torch.zeros((len(stores), *widest), dtype=torch.bool, device=device)
-        for i, w in enumerate(widths):
-            if w == 0:
-                filled[i] = True
-            elif w is not None:
+        # Per store: where its windows hold the fill. 1-D keys: the widths a
+        # narrower store lacks; others: every value of a store lacking the key
+        # (a vector, as augmentation may have changed the frames' size).
+        if ragged:
+            filled = torch.zeros((len(stores), widest[0]), dtype=torch.bool, device=device)
+            for i, w in enumerate(widths):
                 filled[i, w:] = True
+        else:
+            filled = torch.tensor([w == 0 for w in widths], device=device)
         self.tables[key] = {
             "scale": torch.stack(scales) if how else None,
             "shift": torch.stack(shifts) if how else None,
@@ -169,7 +181,16 @@ class PackedMixture:
         keys = base + self._windows
         store, within = self.draws(keys)
         rows = self.sampler._anchors[self.draws.starts[store] + within]
-        batch = self.sampler._batch(rows, step=step)
+        parts = None
+        if (
+            self.sampler._augmentation is not None
+        ):  # each store's windows as its own sampler draws them
+            host = self.outer.draws(step)[0]
+            parts = [
+                (f"store {i}", (host == i).nonzero().view(-1))
+                for i in range(len(self.outer.samplers))
+            ]
+        batch = self.sampler._batch(rows, step=step, augment_parts=parts)
         for key, t in self.tables.items():
             x = batch[key]
             chw = self.sampler.keys[key].to_chw
@@ -179,8 +200,10 @@ class PackedMixture:
                     scale, shift = scale.movedim(-1, -3), shift.movedim(-1, -3)
                 x = torch.addcmul(shift.unsqueeze(1), x, scale.unsqueeze(1))
             if t["filled"] is not None and t["fill"] != 0:
-                filled = t["filled"][store].unsqueeze(1)
-                x = torch.where(filled.movedim(-1, -3) if chw else filled, t["fill"], x)
+                filled = t["filled"][store]  # (B, width): over the window; (B,): everywhere
+                B, width = filled.shape[0], filled.shape[1:]
+                filled = filled.view(B, *[1] * (x.dim() - 1 - len(width)), *width)
+                x = torch.where(filled, t["fill"], x)
             batch[key] = x
             if t["mask"] is not None:
                 batch[f"{key}_mask"] = t["mask"][store]

@@ -203,6 +203,8 @@ def _normalizer(key, stream, how):
         shift = -1 - stream.stats["min"] * scale
     if mask is not None:
         keep = ~torch.tensor(mask, device=scale.device)
+        if scale.dim() == 0:  # a scalar key: a mask of one entry
+            keep = keep.reshape(())
         scale, shift = scale.masked_fill(keep, 1.0), shift.masked_fill(keep, 0.0)
     return scale.float(), shift.float()
 

@@ -376,13 +376,13 @@ class WindowSampler:
             return self._graphs(index)
         return self._batch(index, step=step)
 
-    def _batch(self, index, substitutes=None, decoded=None, step=None):
+    def _batch(self, index, substitutes=None, decoded=None, step=None, augment_parts=None):
         params = None
         if self._augmentation is not None:
             if step is None:
                 step, self._augment_step = self._augment_step, self._augment_step + 1
             params = self._augmentation.params(
-                index.numel(), self.seed, step, self.rank, self.device
+                index.numel(), self.seed, step, self.rank, self.device, augment_parts
             )
         # The store's tensors never need gradients: the op runs below autograd
         # (no autograd bookkeeping a call; the batch's tensors are ordinary).

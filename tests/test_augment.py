@@ -12,7 +12,7 @@ from conftest import requires_cuda
 import robocache
 from robocache import reference
 from robocache.data import Augment
-from robocache.data.augment import augment_generator
+from robocache.data.sampler.augmentation import augment_generator
 from robocache.ops.augment import jitter_order
 
 try:  # torchvision is a peer, not a dependency: its parity test skips without it
@@ -46,6 +46,15 @@ def drawn(aug, images, step=0):
     return aug.draw(B, H, W, augment_generator(0, step, 0, "test")).to(images.device)
 
 
+def augmented(case, device):
+    """A case's frames, drawn parameters, output size and augmented frames."""
+    images = frames(device=device)
+    aug = Augment(**CASES[case])
+    params = drawn(aug, images)
+    size = aug.output_size(64, 80)
+    return images, params, size, robocache.augment(images, params, size)
+
+
 def levels(a, b):
     return (a.int() - b.int()).abs()
 
@@ -64,11 +73,7 @@ def assert_near(got, expected, case):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_matches_reference(device, case):
-    images = frames(device=device)
-    aug = Augment(**CASES[case])
-    params = drawn(aug, images)
-    size = aug.output_size(64, 80)
-    got = robocache.augment(images, params, size)
+    images, params, size, got = augmented(case, device)
     expected = reference.augment(images.cpu(), params.cpu(), *size)
     assert got.shape == (6, 2, *size, 3) and got.dtype == torch.uint8
     assert_near(got, expected, case)
@@ -218,11 +223,7 @@ def torchvision_jitter(images, params):
 @pytest.mark.skipif(TF is None, reason="torchvision is not importable here")
 @pytest.mark.parametrize("case", list(CASES))
 def test_equals_torchvision_fed_the_same_parameters(device, case):
-    images = frames(device=device)
-    aug = Augment(**CASES[case])
-    params = drawn(aug, images)
-    size = aug.output_size(64, 80)
-    got = robocache.augment(images, params, size)
+    images, params, size, got = augmented(case, device)
     geometry = torchvision_geometry(images, params, size)
     expected = torchvision_jitter(geometry, params)
     if device == "cuda" or case in ("jitter", "rotation", "random crop", "whole frame"):

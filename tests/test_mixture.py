@@ -26,12 +26,17 @@ def store(lengths, action_width, cameras, fps=10, seed=0, task="t"):
     return EpisodeStore.from_episodes(episodes, progress=False)
 
 
-@pytest.fixture(scope="module")
-def stores():
+def three_stores():
+    """Three stores of different keys, rates, action widths and tasks."""
     a = store((12, 7, 20), 7, ["wrist", "top"], fps=10, seed=1, task="pick")
     b = store((30, 9), 4, ["front"], fps=5, seed=2, task="place")
     c = store((5, 5, 5, 5), 7, ["top"], fps=15, seed=3, task="push")
     return a, b, c
+
+
+@pytest.fixture(scope="module")
+def stores():
+    return three_stores()
 
 
 def mixture(stores, **kw):

@@ -7,7 +7,7 @@ pack=None packs and replays each batch from a CUDA graph."""
 import pytest
 import torch
 from conftest import DEVICES, requires_cuda
-from test_mixture import DELTAS, store
+from test_mixture import DELTAS, three_stores
 
 from robocache.data import Augment, EpisodeStore, Mixture, WindowSampler
 from robocache.data.sampler.draws import Draws, step_base, uniform
@@ -15,10 +15,7 @@ from robocache.data.sampler.draws import Draws, step_base, uniform
 
 @pytest.fixture(scope="module")
 def stores():
-    a = store((12, 7, 20), 7, ["wrist", "top"], fps=10, seed=1, task="pick")
-    b = store((30, 9), 4, ["front"], fps=5, seed=2, task="place")
-    c = store((5, 5, 5, 5), 7, ["top"], fps=15, seed=3, task="push")
-    return a, b, c
+    return three_stores()
 
 
 def mixture(stores, device, pack, **kw):

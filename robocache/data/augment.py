@@ -7,7 +7,6 @@ The draws follow torchvision's ``RandomResizedCrop`` / ``RandomCrop``,
 ``RandomRotation`` and ``ColorJitter`` (ranges, fallbacks, a random jitter
 order), made for the whole batch at once on the host's generator."""
 
-import hashlib
 import math
 import numbers
 
@@ -205,10 +204,3 @@ class Augment:
         top = torch.where(missed, float((height - fh) // 2), top)
         left = torch.where(missed, float((width - fw) // 2), left)
         return top, left, h, w
-
-
-def augment_generator(seed, step, rank, stream):
-    """The host generator of one batch's draws: fixed by (seed, step, rank)
-    and the stream of numbers (shared cameras, or one key)."""
-    digest = hashlib.sha256(f"augment,{seed},{step},{rank},{stream}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)

@@ -6,9 +6,16 @@ where it also makes the float or channels-first form the key asks for."""
 import torch
 
 from ...ops.augment import augment as augment_op
-from ..augment import Augment, augment_generator
+from ..augment import Augment
+from .draws import hashed
 
 _WHERE = "WindowSampler"
+
+
+def augment_generator(seed, step, rank, stream):
+    """The host generator of one batch's draws: fixed by (seed, step, rank)
+    and the stream of numbers (shared cameras, or one key)."""
+    return torch.Generator().manual_seed(hashed(f"augment,{seed},{step},{rank},{stream}", 63))
 
 
 class Augmentation:
@@ -61,7 +68,7 @@ class Augmentation:
         if parts is None:
             parts = [(self.salt, None)]
         for key, (aug, (height, width), _, _) in self.keys.items():
-            rows = torch.empty((windows, 10), dtype=torch.float32)
+            rows = torch.empty((windows, 10)) if parts[0][1] is not None else None
             for salt, where in parts:
                 # Shared cameras start the same stream of numbers, so they draw alike.
                 stream = f"{salt}/shared" if aug.share_cameras else f"{salt}/{key}"

@@ -15,10 +15,16 @@ _MIX1 = -0x40A7B892E31B1A47  # 0xBF58476D1CE4E5B9
 _MIX2 = -0x6B2FB644ECCEEE15  # 0x94D049BB133111EB
 
 
+def hashed(text, bits):
+    """A ``bits``-bit number fixed by ``text`` (SHA-256): the seed of one
+    step's draws, from (seed, step, rank, ...)."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> (64 - bits)
+
+
 def step_base(seed, step, rank):
     """The key of window 0 of a step: a 62-bit number fixed by (seed, step, rank)."""
-    digest = hashlib.sha256(f"mixture,{seed},{step},{rank}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 2
+    return hashed(f"mixture,{seed},{step},{rank}", 62)
 
 
 def _shift(x, bits):

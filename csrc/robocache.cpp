@@ -110,4 +110,14 @@ TORCH_LIBRARY(robocache, m) {
       "augment(Tensor images, Tensor params, SymInt height, SymInt width, "
       "str output=\"uint8\") -> Tensor",
       {at::Tag::pt2_compliant_tag});
+  // Windows drawn from a mixture of S stores whose anchors lie back to back:
+  // window i's key is base[0] + i (int64), and its hash picks a store by
+  // weights (S,) float64 (store s with probability weights[s] / their sum),
+  // then an anchor uniformly among that store's counts[s]. Returns (store
+  // (B,) int64, position (B,) int64: the anchor's index among all stores'
+  // anchors). The same keys draw the same on every device.
+  m.def(
+      "draw_mixture(Tensor base, SymInt batch_size, Tensor weights, Tensor counts) "
+      "-> (Tensor, Tensor)",
+      {at::Tag::pt2_compliant_tag});
 }

@@ -11,11 +11,21 @@ from . import _ops, reference  # noqa: F401  (_ops loads the library)
 from ._ops import is_cuda_available
 from ._version import __version__  # noqa: F401
 from .legacy import fuse_multimodal, resample_trajectories, voxelize_point_cloud
-from .ops import anchor_windows, augment, fuse, fuse_columns, resample, sample_windows, voxelize
+from .ops import (
+    anchor_windows,
+    augment,
+    draw_mixture,
+    fuse,
+    fuse_columns,
+    resample,
+    sample_windows,
+    voxelize,
+)
 
 __all__ = [
     "anchor_windows",
     "augment",
+    "draw_mixture",
     "fuse",
     "fuse_columns",
     "fuse_multimodal",

@@ -10,7 +10,7 @@ from conftest import DEVICES, requires_cuda
 from test_mixture import DELTAS, three_stores
 
 from robocache.data import Augment, EpisodeStore, Mixture, WindowSampler
-from robocache.data.sampler.draws import Draws, step_base, uniform
+from robocache.data.sampler.draws import Draws, step_base
 
 
 @pytest.fixture(scope="module")
@@ -66,23 +66,23 @@ def test_packed_batches_equal_each_stores_own(stores, device, case):
 
 
 def test_draws_are_the_same_on_the_host_and_the_device_and_follow_the_weights():
-    keys = torch.arange(60000) + step_base(7, 3, 0)
-    u = uniform(keys, 0)
-    assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
     draws = Draws(torch.tensor([0.5, 0.0, 0.3, 0.2]), [10, 5, 7, 3], "cpu")
-    store_of, within = draws(keys)
-    shares = torch.bincount(store_of, minlength=4) / keys.numel()
-    # chi-square, 3 degrees of freedom (the zero-weight store never drawn): p > 0.001
-    expected = torch.tensor([0.5, 0.3, 0.2]) * keys.numel()
+    base = step_base(7, 3, 0)
+    store_of, position = draws(base, 60000)
+    # chi-square, 2 degrees of freedom (the zero-weight store never drawn): p > 0.001
+    expected = torch.tensor([0.5, 0.3, 0.2]) * 60000
     observed = torch.bincount(store_of, minlength=4)[[0, 2, 3]].double()
-    assert shares[1] == 0 and ((observed - expected) ** 2 / expected).sum() < 13.8
+    assert (store_of != 1).all() and ((observed - expected) ** 2 / expected).sum() < 13.8
+    within = position - draws.starts[store_of]
     for i, n in ((0, 10), (2, 7), (3, 3)):
         got = within[store_of == i]
         assert got.min() == 0 and got.max() == n - 1
     if torch.cuda.is_available():
         on_gpu = Draws(torch.tensor([0.5, 0.0, 0.3, 0.2]), [10, 5, 7, 3], "cuda")
-        s, w = on_gpu(keys.cuda())
-        assert torch.equal(s.cpu(), store_of) and torch.equal(w.cpu(), within)
+        s, p = on_gpu(torch.tensor([base], device="cuda"), 60000)
+        assert torch.equal(s.cpu(), store_of) and torch.equal(p.cpu(), position)
+    with pytest.raises(ValueError, match="store 1 has weight 0.5 but no anchors"):
+        Draws(torch.tensor([0.5, 0.5]), [4, 0], "cpu")
 
 
 def test_pack_true_where_a_key_is_not_on_the_device_is_an_error(stores, tmp_path):

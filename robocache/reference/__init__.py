@@ -9,6 +9,7 @@ differentiable through ordinary autograd.
 """
 
 from .augment import augment
+from .draws import draw_mixture
 from .interp import Location, blend, fuse, locate, resample
 from .voxelize import voxelize
 from .windows import anchor_windows, sample_windows
@@ -17,6 +18,7 @@ __all__ = [
     "Location",
     "anchor_windows",
     "augment",
+    "draw_mixture",
     "blend",
     "fuse",
     "locate",

@@ -208,4 +208,15 @@ std::vector<c10::SymInt> augment_shape(const AugmentChecked& checked);
 // The dtype the output has: uint8, or float32.
 at::ScalarType augment_dtype(const AugmentChecked& checked);
 
+// ---- draw_mixture (csrc/checks/draw_mixture.cpp)
+
+struct DrawMixtureChecked {
+  c10::SymInt B, S;  // the outputs are (B,); S stores
+};
+
+// base (1,) int64, batch_size >= 0, weights (S,) float64 with S >= 1 and
+// counts (S,) int64, all on one device.
+DrawMixtureChecked check_draw_mixture(const at::Tensor& base, const c10::SymInt& batch_size,
+                                      const at::Tensor& weights, const at::Tensor& counts);
+
 }  // namespace robocache

@@ -171,8 +171,9 @@ class MixtureSampler:
     def draws(self, step):
         """(store of each window (B,), anchor position of each window within
         its store's anchors (B,)), fixed by (seed, step, rank), on the host."""
-        base = step_base(self.seed, step, self.rank)
-        return self._host_draws(torch.arange(self.batch_size) + base)
+        draws = self._host_draws
+        store, position = draws(step_base(self.seed, step, self.rank), self.batch_size)
+        return store, position - draws.starts[store]
 
     def batch_at_step(self, step):
         """The batch of global step ``step``."""

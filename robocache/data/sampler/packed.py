@@ -2,7 +2,7 @@
 back to back in one store on their CUDA device (a copy of those keys), with
 an anchor stream of each store's anchor times. A batch is then one window
 launch for every key, each window's draw computed on the device from one
-number a step, and each store's normalisation, fill and width mask gathered
+number a step (one draw kernel), and each store's normalisation, fill and width mask gathered
 per window; all of it replayed from a CUDA graph (without augmentation,
 which draws on the host)."""
 
@@ -88,9 +88,9 @@ class PackedMixture:
             times,
             _joined_offsets([a.offsets for a in anchors]),
         )
-        self.row_bases = torch.tensor(
-            [0] + [a.times.numel() for a in anchors], device=device
-        ).cumsum(0)[:-1]
+        row_bases = torch.tensor([0] + [a.times.numel() for a in anchors], device=device).cumsum(0)[
+            :-1
+        ]
         episodes = {
             "episode_index": torch.cat([s.episodes["episode_index"] for s in stores]),
             "task_index": torch.cat(
@@ -106,12 +106,16 @@ class PackedMixture:
                 t["scale"] = t["scale"] * 255
         # Each store's anchors: a contiguous run of the packed sampler's.
         rows = self.sampler._anchors
-        bounds = torch.cat([self.row_bases, torch.tensor([times.numel()], device=device)])
+        bounds = torch.cat([row_bases, torch.tensor([times.numel()], device=device)])
         counts = torch.searchsorted(rows, bounds).diff().tolist()
         self.draws = Draws(mixture.weights, counts, device)
+        # Per anchor position: its row in the packed anchor stream, and in its own store's.
+        store_of = torch.repeat_interleave(
+            torch.arange(len(counts), device=device), torch.tensor(counts, device=device)
+        )
+        self._rows = torch.stack([rows, rows - row_bases[store_of]])
         self.outer = outer
         self._base = torch.zeros(1, dtype=torch.int64, device=device)
-        self._windows = torch.arange(outer.batch_size, device=device)
         graphs = device.type == "cuda" and self.sampler._augmentation is None and COUNTS_REFERENCES
         self._graphs = BatchGraphs(self._batch, self._base, 2 + outer.prefetch) if graphs else None
 
@@ -178,9 +182,8 @@ class PackedMixture:
         return self._graphs(torch.full((1,), base, dtype=torch.int64, device=self._base.device))
 
     def _batch(self, base, step=None):
-        keys = base + self._windows
-        store, within = self.draws(keys)
-        rows = self.sampler._anchors[self.draws.starts[store] + within]
+        store, position = self.draws(base, self.outer.batch_size)
+        rows, index = self._rows.index_select(1, position)  # one gather for both
         parts = None
         if (
             self.sampler._augmentation is not None
@@ -207,7 +210,7 @@ class PackedMixture:
             batch[key] = x
             if t["mask"] is not None:
                 batch[f"{key}_mask"] = t["mask"][store]
-        batch["index"] = rows - self.row_bases[store]
+        batch["index"] = index
         batch["dataset_index"] = store
         return batch
 

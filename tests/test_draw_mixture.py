@@ -39,6 +39,34 @@ def test_equals_the_reference(device, S):
     assert (within >= 0).all() and (within < counts[store]).all()
 
 
+# Weights whose store boundary falls at key 51940's target: the store is
+# decided by how the weights' sum is rounded (added in order, as the kernels
+# do, it is 21; torch.sum's order gives 20).
+BOUNDARY_KEY = 51940
+BOUNDARY_WEIGHTS = [
+    55.79561619780343, 11.145924396724238, 63.57629860200497, 82.8331729173077,
+    54.20369408672252, 72.72442549870216, 39.64049714070923, 17.11276421935922,
+    91.42196688866906, 38.28028272137322, 21.4161619900316, 20.501730728846713,
+    98.41613323297923, 28.423029767056505, 29.32578226181617, 15.947956160803034,
+    39.51129457592856, 33.4049532787609, 87.34566329398025, 98.7241515975567,
+    2204.4997883785927, 18.854680626879716, 21.408435127808445, 39.990896479495255,
+    18.241199487660165, 31.7316272797476, 97.59828965228165, 35.97244209000689,
+    21.49778506478448, 79.26840211380026, 7.248988804454681, 86.29250323538093,
+    27.50570639379386, 55.723748759451944, 89.87212913962857, 75.58330204211143,
+    30.01163703272033, 40.24659227756197, 58.35948879519551, 73.43396222974134,
+]  # fmt: skip
+
+
+def test_a_target_on_a_store_boundary_draws_as_the_reference(device):
+    weights = torch.tensor(BOUNDARY_WEIGHTS, dtype=torch.float64)
+    counts = torch.full((40,), 5)
+    store, position = robocache.draw_mixture(
+        base(BOUNDARY_KEY, device), 1, weights.to(device), counts.to(device)
+    )
+    ref_store, ref_position = reference.draw_mixture(base(BOUNDARY_KEY), 1, weights, counts)
+    assert store.item() == ref_store.item() == 21 and position.item() == ref_position.item()
+
+
 def test_shares_follow_the_weights_and_anchors_are_uniform():
     weights = torch.tensor([0.5, 0.0, 0.3, 0.2], dtype=torch.float64)
     counts = torch.tensor([10, 5, 7, 3])
@@ -84,9 +112,10 @@ def test_no_windows(device):
 @requires_cuda
 def test_cuda_equals_cpu_on_many_keys():
     g = torch.Generator().manual_seed(3)
-    for S in (1, 3, 64):
+    for S, key in ((1, None), (3, None), (64, None), (5, INT64_MAX - 50_000)):
         weights, counts = tables(S, g)
-        key = int(torch.randint(0, 2**62, (1,), generator=g))
+        if key is None:
+            key = int(torch.randint(0, 2**62, (1,), generator=g))
         cpu = robocache.draw_mixture(base(key), 100_000, weights, counts)
         gpu = robocache.draw_mixture(base(key, "cuda"), 100_000, weights.cuda(), counts.cuda())
         assert torch.equal(gpu[0].cpu(), cpu[0]) and torch.equal(gpu[1].cpu(), cpu[1])
@@ -115,8 +144,6 @@ def test_opcheck(device):
 
 
 def test_fake_tensors_keep_symbolic_sizes():
-    weights, counts = tables(4, torch.Generator().manual_seed(6))
-
     @torch.compile(backend="aot_eager", dynamic=True, fullgraph=True)
     def f(key, n, w, c):
         store, position = robocache.draw_mixture(key, n.shape[0], w, c)
@@ -172,10 +199,14 @@ def test_errors_name_the_argument(args, error, message):
         robocache.draw_mixture(*args)
 
 
-def test_a_zero_weight_store_may_have_no_anchors():
-    weights = torch.tensor([0.0, 1.0, 0.0], dtype=F64)
-    store, position = robocache.draw_mixture(base(4), 100, weights, torch.tensor([0, 6, 0]))
+def test_a_zero_weight_store_may_have_no_anchors(device):
+    weights, counts = torch.tensor([0.0, 1.0, 0.0], dtype=F64), torch.tensor([0, 6, 0])
+    store, position = robocache.draw_mixture(
+        base(4, device), 100, weights.to(device), counts.to(device)
+    )
     assert (store == 1).all() and position.min() >= 0 and position.max() <= 5
+    ref_store, ref_position = reference.draw_mixture(base(4), 100, weights, counts)
+    assert torch.equal(store.cpu(), ref_store) and torch.equal(position.cpu(), ref_position)
 
 
 @requires_cuda

@@ -25,11 +25,14 @@ def uniform(keys, stream):
 
 
 def draw_mixture(base, batch_size, weights, counts):
-    """What ``robocache.draw_mixture`` computes (valid weights and counts)."""
+    """What ``robocache.draw_mixture`` computes (valid weights and counts),
+    bit for bit on CPU tensors."""
     keys = base.reshape(1) + torch.arange(batch_size, device=base.device)
     w = weights.clamp(min=0)
     running = torch.cumsum(w, 0)
-    store = torch.searchsorted(running, uniform(keys, 0) * w.sum(), right=True)
+    # The weights' sum as the op makes it: added in order (running[-1], on
+    # the CPU, whose cumsum adds in order), not torch.sum's order.
+    store = torch.searchsorted(running, uniform(keys, 0) * running[-1], right=True)
     positive = (w > 0).nonzero().view(-1)
     store = torch.minimum(store, positive[-1])  # rounding past the end
     # A zero weight's store is never drawn: its running sum equals the one before.

@@ -4,7 +4,7 @@
 
 An Open-X-like mixture of three synthetic datasets: different key names,
 rates (10, 5 and 15 Hz), action widths (7, 4 and 7) and cameras, weights
-0.5, 0.3 and 0.2, two cameras' frames resized alike at ingest. The single
+0.5, 0.3 and 0.2, one camera whose frames are one size in every store. The single
 store is the first dataset alone, sampled with the same keys, windows and
 batch size. Reported: the median time of a batch (host and device, the
 loop synchronized once), their ratio, and how often each dataset was drawn

@@ -1,10 +1,10 @@
 """A mixture's batches from one packed store: the asked keys of every store,
 back to back in one store on their CUDA device (a copy of those keys), with
-an anchor stream of each store's anchor times. A batch is then one window
-launch for every key, each window's draw computed on the device from one
-number a step (one draw kernel), and each store's normalisation, fill and width mask gathered
-per window; all of it replayed from a CUDA graph (without augmentation,
-which draws on the host)."""
+an anchor stream of each store's anchor times. A batch is then one draw
+kernel fed one number a step, one gather of the drawn anchors' rows, one
+window launch for every key, and each store's normalisation, fill and width
+mask gathered per window; all of it replayed from a CUDA graph (without
+augmentation, which draws on the host)."""
 
 import torch
 
@@ -88,9 +88,8 @@ class PackedMixture:
             times,
             _joined_offsets([a.offsets for a in anchors]),
         )
-        row_bases = torch.tensor([0] + [a.times.numel() for a in anchors], device=device).cumsum(0)[
-            :-1
-        ]
+        sizes = torch.tensor([a.times.numel() for a in anchors], device=device)
+        row_bases = sizes.cumsum(0) - sizes  # each store's first anchor-stream row
         episodes = {
             "episode_index": torch.cat([s.episodes["episode_index"] for s in stores]),
             "task_index": torch.cat(

@@ -12,7 +12,7 @@ from conftest import requires_cuda
 import robocache
 from robocache import reference
 from robocache.data import Augment
-from robocache.data.sampler.augmentation import augment_generator
+from robocache.data.augment import augment_generator
 from robocache.ops.augment import jitter_order
 
 try:  # torchvision is a peer, not a dependency: its parity test skips without it

@@ -10,7 +10,7 @@ from conftest import DEVICES
 
 import robocache
 from robocache.data import Augment, EpisodeStore, Mixture, WindowSampler
-from robocache.data.sampler.augmentation import augment_generator
+from robocache.data.augment import augment_generator
 
 DELTAS = {"top": [-0.1, 0.0], "wrist": [-0.1, 0.0], "act": [0.0]}
 JITTER = dict(brightness=0.3, contrast=0.3, saturation=0.3, hue=0.05)

@@ -54,7 +54,7 @@ def test_packed_batches_equal_each_stores_own(stores, device, case):
     mix_kw, kw = OPTIONS[case]
     apart = WindowSampler(mixture(stores, device, False, **mix_kw), DELTAS, batch_size=48, **kw)
     packed = WindowSampler(mixture(stores, device, True, **mix_kw), DELTAS, batch_size=48, **kw)
-    assert apart._packed is None and packed._packed is not None
+    assert not apart.packed and packed.packed
     for step in (0, 5):
         x, y = apart.batch_at_step(step), packed.batch_at_step(step)
         assert sorted(x) == sorted(y)
@@ -101,7 +101,7 @@ def test_pack_true_where_a_key_is_not_on_the_device_is_an_error(stores, tmp_path
 def test_on_the_gpu_pack_none_packs_and_replays_graphs(stores):
     auto = WindowSampler(mixture(stores, "cuda", None), DELTAS, batch_size=32)
     apart = WindowSampler(mixture(stores, "cuda", False), DELTAS, batch_size=32)
-    assert auto._packed is not None and auto._packed._graphs is not None
+    assert auto.packed and auto.graphs is not None
     for step in range(4):
         x, y = auto.batch_at_step(step), apart.batch_at_step(step)
         for key in x:
@@ -145,7 +145,7 @@ def test_frames_of_different_sizes_augmented_to_one_are_cut_apart():
             Mixture([(small, 0.5), (large, 0.5)], pack=pack), {"top": [0.0]}, batch_size=8,
             augment=aug,
         )  # fmt: skip
-        assert sampler._packed is None and sampler.batch_at_step(1)["top"].shape == (8, 1, 4, 4, 3)
+        assert not sampler.packed and sampler.batch_at_step(1)["top"].shape == (8, 1, 4, 4, 3)
     with pytest.raises(
         ValueError, match=r"'top' has samples of shapes \[\(6, 8, 3\), \(9, 12, 3\)\]"
     ):

@@ -10,7 +10,9 @@ import torch
 from fixtures.corrupt import truncate
 
 from robocache.data import EpisodeStore, LoaderError, WindowSampler
-from robocache.data.store.prefetch import MappedRows, reader_pool
+from robocache.data.sampler.plan import check_options, edge_tolerance_ns, plan_keys
+from robocache.data.sampler.read import MappedKey
+from robocache.data.store.rows import MappedRows, reader_pool
 
 MS = 1_000_000
 
@@ -139,11 +141,13 @@ def test_a_batch_reads_only_rows_near_its_windows(tmp_path):
     store = make_store()
     store.save(tmp_path)
     mapped = EpisodeStore.load(tmp_path)
-    sampler = WindowSampler(mapped, DELTAS, modes={"joints": "linear"}, anchor="anchor")
-    key = next(k for k in sampler._mapped if k.plan.key == "joints")
-    host = sampler._windows.arguments_of(key.position)
-    anchor = (host["anchor_offsets"], host["anchor_times"])
-    rows = key.rows_read(torch.tensor([3]), anchor, sampler._edge)  # one window, episode 0
+    options = check_options(modes={"joints": "linear"})
+    plans = plan_keys(mapped, DELTAS, options, torch.device("cpu"))
+    k = next(k for k, p in enumerate(plans) if p.key == "joints")
+    key = MappedKey(k, plans[k], mapped["joints"], mapped.mapped_rows["joints"])
+    anchor = (mapped["anchor"].offsets, mapped["anchor"].times)
+    edge = edge_tolerance_ns(1e-4)
+    rows = key.rows_read(torch.tensor([3]), anchor, edge)  # one window, episode 0
     n = int(store["joints"].offsets[1])  # episode 0's rows
     assert 0 < rows.numel() < n and int(rows.max()) < n
     values, times, offsets = key.packed(rows, None, False)

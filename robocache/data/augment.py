@@ -1,18 +1,25 @@
-"""``Augment``: random crops, rotations and colour jitter per window, drawn
-from (seed, step) and applied on the batch's device by ``robocache::augment``.
+"""Augmentation on the data side: ``Augment`` (the user's arguments and the
+draws of one key) and ``KeyAugmentation`` (a sampler's augmented keys: each
+batch's draws from (seed, step, rank), and ``robocache.ops.augment``, which
+applies them on the batch's device).
 
-Every frame of a window shares its window's draw, so the motion between
-frames is untouched; cameras share it too unless ``share_cameras=False``.
-The draws follow torchvision's ``RandomResizedCrop`` / ``RandomCrop``,
-``RandomRotation`` and ``ColorJitter`` (ranges, fallbacks, a random jitter
-order), made for the whole batch at once on the host's generator."""
+Random crops, rotations and colour jitter per window: every frame of a
+window shares its window's draw, so the motion between frames is untouched;
+cameras share it too unless ``share_cameras=False``. The draws follow
+torchvision's ``RandomResizedCrop`` / ``RandomCrop``, ``RandomRotation`` and
+``ColorJitter`` (ranges, fallbacks, a random jitter order), made for the
+whole batch at once on the host's generator."""
 
 import math
 import numbers
 
 import torch
 
+from ..ops.augment import augment as augment_op
+from .seeds import hashed
+
 _WHERE = "Augment"
+_SAMPLER = "WindowSampler"
 # The jitter's ops in the order of the parameter columns.
 _JITTERS = ("brightness", "contrast", "saturation", "hue")
 
@@ -204,3 +211,82 @@ class Augment:
         top = torch.where(missed, float((height - fh) // 2), top)
         left = torch.where(missed, float((width - fw) // 2), left)
         return top, left, h, w
+
+
+def augment_generator(seed, step, rank, stream):
+    """The host generator of one batch's draws: fixed by (seed, step, rank)
+    and the stream of numbers (shared cameras, or one key)."""
+    return torch.Generator().manual_seed(hashed(f"augment,{seed},{step},{rank},{stream}", 63))
+
+
+class KeyAugmentation:
+    """A sampler's ``augment=``: key -> (Augment, frame size, output size,
+    output form), checked against each key's frames once.
+
+    ``salt`` names this sampler's stream of numbers (a mixture's stores each
+    have their own: ``"store i"``; a sampler of one store has "")."""
+
+    def __init__(self, augment, plans, store, salt=""):
+        if not isinstance(augment, dict):
+            raise TypeError(f"{_SAMPLER}: augment must be a dict key -> Augment; got {augment!r}")
+        by_key = {p.key: p for p in plans}
+        self.keys, self.salt = {}, salt
+        for key, aug in augment.items():
+            if key not in by_key:
+                raise ValueError(
+                    f"{_SAMPLER}: augment names {key!r}, which is not in delta_timestamps"
+                )
+            if not isinstance(aug, Augment):
+                raise TypeError(
+                    f"{_SAMPLER}: augment[{key!r}] must be a robocache.data.Augment; got "
+                    f"{type(aug).__name__}"
+                )
+            stream, plan = store[key], by_key[key]
+            shape = tuple(stream.sample_shape)
+            if stream.sample_dtype != torch.uint8 or len(shape) != 3 or shape[-1] not in (1, 3):
+                raise ValueError(
+                    f"{_SAMPLER}: augment[{key!r}]: augmentation takes uint8 (H, W, C) frames "
+                    f"with 1 or 3 channels; {key!r} holds {stream.sample_dtype} samples of shape "
+                    f"{shape}"
+                )
+            if plan.scale is not None:
+                raise ValueError(
+                    f"{_SAMPLER}: augment[{key!r}] and normalize[{key!r}] together: normalise "
+                    "augmented frames in the policy (the store's statistics are per pixel of "
+                    "the frames as stored)"
+                )
+            try:
+                out = aug.output_size(shape[0], shape[1])
+            except ValueError as e:
+                raise ValueError(f"{_SAMPLER}: augment[{key!r}]: {e}") from None
+            form = "float_chw" if plan.to_chw else "float" if plan.to_float else "uint8"
+            self.keys[key] = (aug, shape[:2], out, form)
+
+    def params(self, windows, seed, step, rank, device, parts=None):
+        """key -> (windows, 10) float32 parameters on ``device``. ``parts``:
+        [(salt, window positions)], each part drawn from its own salt's
+        stream, as a sampler with that salt draws its windows (a packed
+        mixture's stores); default: one part, this sampler's salt."""
+        out = {}
+        if parts is None:
+            parts = [(self.salt, None)]
+        for key, (aug, (height, width), _, _) in self.keys.items():
+            rows = torch.empty((windows, 10)) if parts[0][1] is not None else None
+            for salt, where in parts:
+                # Shared cameras start the same stream of numbers, so they draw alike.
+                stream = f"{salt}/shared" if aug.share_cameras else f"{salt}/{key}"
+                g = augment_generator(seed, step, rank, stream)
+                if where is None:
+                    rows = aug.draw(windows, height, width, g)
+                elif where.numel():
+                    rows[where] = aug.draw(where.numel(), height, width, g)
+            if device.type == "cuda":
+                rows = rows.pin_memory().to(device, non_blocking=True)
+            out[key] = rows
+        return out
+
+    def apply(self, key, values, params):
+        """``values`` (B, W, H, W', C) uint8 on the batch's device, augmented
+        into the key's form."""
+        _, _, size, form = self.keys[key]
+        return augment_op(values, params, size, form)

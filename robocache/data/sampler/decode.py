@@ -1,13 +1,13 @@
-"""Keys whose frames are stored encoded (JPEG or PNG): the operator cuts
-their windows on the host over row numbers (``row + 1``; 0 where a window
-has no sample), which picks the same rows as it would from the frames, with
-the same padding. Each distinct row of a batch is then decoded once, in one
+"""The read of keys whose frames are stored encoded (JPEG or PNG): the cut
+runs on the host over row numbers (``row + 1``; 0 where a window has no
+sample), which picks the same rows as it would from the frames, with the
+same padding. Each distinct row of a batch is then decoded once, in one
 batched call, and scattered into (B, W, H, W', C)."""
 
 import torch
 
-from ..._ops import OPS
 from ..frames import codec as host_codec
+from .cut import rows_around
 
 _WHERE = "WindowSampler"
 
@@ -28,12 +28,10 @@ class FrameKey:
     def rows_of(self, index, anchor, edge_tolerance):
         """(B, W, 1) int64 row + 1 of each window position of the batch
         anchored at ``index`` (the sampler's own call, for this key alone)."""
-        plan = self.plan
-        rows, *_ = OPS.anchor_windows(
-            [self.row_numbers], [self.times], [self.offsets], [plan.deltas.cpu()], anchor[0],
-            anchor[1], index, [], plan.mode, [plan.interval], [plan.tolerance], edge_tolerance,
-        )  # fmt: skip
-        return rows[0]
+        rows, _ = rows_around(
+            self.plan, self.row_numbers, self.times, self.offsets, anchor, index, edge_tolerance
+        )
+        return rows
 
     def decode(self, rows):
         """(keys, frames): the distinct rows + 1 of ``rows``, sorted, with 0

@@ -6,18 +6,10 @@ step, rank); ``robocache.draw_mixture`` hashes each key into its draws in
 one kernel, the same on the host and on a GPU, so that a CUDA graph holds
 it and is fed one number a step."""
 
-import hashlib
-
 import torch
 
 from ...ops import draw_mixture
-
-
-def hashed(text, bits):
-    """A ``bits``-bit number fixed by ``text`` (SHA-256): the seed of one
-    step's draws, from (seed, step, rank, ...)."""
-    digest = hashlib.sha256(text.encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> (64 - bits)
+from ..seeds import hashed
 
 
 def step_base(seed, step, rank):

@@ -146,3 +146,29 @@ def default_anchor(store):
         return store[key].num_samples
 
     return max(store.keys(), key=samples)
+
+
+class StepCursor:
+    """A table of per-step inputs on the device and the step read next, also
+    on the device: ``take(size)`` reads ``table[step * stride :][:size]``
+    and advances the step, so that a CUDA graph holding it needs nothing
+    from the host a batch. ``load`` puts a new table in place (an epoch's
+    order, a run of a mixture's step keys) and starts again at step 0."""
+
+    def __init__(self, length, stride, device):
+        self.table = torch.zeros(max(1, length), dtype=torch.int64, device=device)
+        self.step = torch.zeros(1, dtype=torch.int64, device=device)
+        self.stride = stride
+        self.ramps = {}
+
+    def load(self, values):
+        self.table[: values.numel()].copy_(values, non_blocking=True)
+        self.step.zero_()
+
+    def take(self, size):
+        ramp = self.ramps.get(size)
+        if ramp is None:
+            ramp = self.ramps[size] = torch.arange(size, device=self.table.device)
+        rows = self.table[torch.add(ramp, self.step, alpha=self.stride)]
+        self.step.add_(1)
+        return rows

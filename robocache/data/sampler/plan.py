@@ -1,6 +1,7 @@
-"""What WindowSampler does with each key, decided once at construction:
-one ``KeyPlan`` per key (its deltas, mode, tolerances, normalisation and
-image form), checked against the store."""
+"""What a sampler does, decided once at construction: its ``Options`` (the
+arguments, checked) and one ``KeyPlan`` per key (its deltas, mode,
+tolerances, normalisation, image form, and where the store keeps it),
+checked against the store."""
 
 import numbers
 from dataclasses import dataclass
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ..._ops import WINDOW_MODES
+from ..frames import FrameDecoding
 from ..time import seconds_to_ns
 
 NORMALIZE = ("mean_std", "min_max")
@@ -31,6 +33,11 @@ class KeyPlan:
         to_chw: (H, W, C) image frames become (C, H, W).
         scale, shift: ``x * scale + shift`` normalises the key (float32
             tensors of the sample shape, on the batch's device), or None.
+        place: where the store keeps its values (``store.placement``):
+            ``"cuda"``, ``"pinned"``, ``"mapped"`` or ``"cpu"``.
+        encoded: its frames are stored encoded (JPEG or PNG).
+        cut_on: the device its windows are cut on: its times' device, the
+            host for encoded frames (cut over row numbers, then decoded).
     """
 
     key: str
@@ -42,6 +49,76 @@ class KeyPlan:
     to_chw: bool = False
     scale: torch.Tensor = None
     shift: torch.Tensor = None
+    place: str = "cpu"
+    encoded: bool = False
+    cut_on: torch.device = None
+
+
+@dataclass(frozen=True)
+class Options:
+    """A sampler's arguments past the store and ``delta_timestamps``,
+    checked (see WindowSampler). Per-key dicts are checked against the keys
+    by ``plan_keys``; ``prefetch`` None is decided per store (read.py)."""
+
+    modes: dict = None
+    interval_s: dict = None
+    tolerance_s: dict = None
+    edge_tolerance: int = 0
+    anchor: str = None
+    batch_size: int = 256
+    shuffle: bool = True
+    seed: int = 0
+    drop_last: bool = False
+    drop_n_last_frames: int = 0
+    device: torch.device = None
+    normalize: dict = None
+    images: object = "uint8"
+    key_age: bool = False
+    rank: int = None
+    world_size: int = None
+    cuda_graph: bool = None
+    graph_buffers: int = None
+    prefetch: int = None
+    read_ahead: int = 2
+    decoding: FrameDecoding = None
+    augment: dict = None
+
+
+def check_options(**given):
+    """``Options`` of the arguments given, each checked on its own."""
+    options = Options(**given)
+    for name in ("drop_last", "shuffle", "key_age"):
+        value = getattr(options, name)
+        if not isinstance(value, bool):
+            raise ValueError(f"{_WHERE}: {name} must be True or False; got {value!r}")
+    n = options.drop_n_last_frames
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+        raise ValueError(f"{_WHERE}: drop_n_last_frames must be an int >= 0; got {n!r}")
+    for name in ("prefetch", "read_ahead"):
+        value = getattr(options, name)
+        if value is None and name == "prefetch":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{_WHERE}: {name} must be an int >= 0; got {value!r}")
+    images = options.images
+    if not isinstance(images, (str, dict)):
+        raise ValueError(f"{_WHERE}: images must be a str or a dict key -> str; got {images!r}")
+    if isinstance(images, str):
+        image_form_of(images, None)
+    decoding = options.decoding if options.decoding is not None else FrameDecoding()
+    if not isinstance(decoding, FrameDecoding):
+        raise TypeError(
+            f"{_WHERE}: decoding must be a robocache.data.frames.FrameDecoding; got "
+            f"{type(decoding).__name__}"
+        )
+    return Options(
+        **{
+            **options.__dict__,
+            "batch_size": positive_int(options.batch_size, "batch_size"),
+            "drop_n_last_frames": int(n),
+            "decoding": decoding,
+        }
+    )
 
 
 def check_per_key(delta_timestamps, **options):
@@ -78,7 +155,39 @@ def image_layout(key, shape):
     return "hwc" if last else "chw" if first else None
 
 
-def plan_key(store, key, deltas, mode, interval, tolerance, normalize, image_form, device):
+def plan_keys(store, delta_timestamps, options, device):
+    """Every key's KeyPlan, in ``delta_timestamps``' order. Where each key
+    lives is asked of the store once (``store.placement``)."""
+    per_key = check_per_key(
+        delta_timestamps,
+        modes=options.modes,
+        interval_s=options.interval_s,
+        tolerance_s=options.tolerance_s,
+        normalize=options.normalize,
+    )
+    if isinstance(options.images, dict):
+        check_per_key(delta_timestamps, images=options.images)
+    placement = store.placement
+    for key in delta_timestamps:
+        store[key]  # a key the store lacks: its KeyError names the store's keys
+    return [
+        plan_key(
+            store,
+            key,
+            deltas,
+            per_key["modes"].get(key, "nearest"),
+            per_key["interval_s"].get(key),
+            per_key["tolerance_s"].get(key),
+            per_key["normalize"].get(key),
+            image_form_of(options.images, key),
+            device,
+            placement[key],
+        )
+        for key, deltas in delta_timestamps.items()
+    ]
+
+
+def plan_key(store, key, deltas, mode, interval, tolerance, normalize, image_form, device, place):
     """One key's KeyPlan (see WindowSampler's arguments)."""
     stream = store[key]
     what = f"{_WHERE}: delta_timestamps[{key!r}]"
@@ -94,9 +203,7 @@ def plan_key(store, key, deltas, mode, interval, tolerance, normalize, image_for
     if not deltas:
         raise ValueError(f"{what} is empty")
     deltas_ns = [seconds_to_ns(d, f"{what}[{i}]") for i, d in enumerate(deltas)]
-    # A mode's name is checked by the operator, at construction (its error
-    # names the key); what the operator's mode list cannot carry is checked here.
-    if not isinstance(mode, str) or mode != mode.strip() or "," in mode:
+    if not isinstance(mode, str) or mode not in WINDOW_MODES:
         raise ValueError(
             f"{_WHERE}: modes[{key!r}] must be one of {', '.join(map(repr, WINDOW_MODES))}; "
             f"got {mode!r}"
@@ -122,10 +229,14 @@ def plan_key(store, key, deltas, mode, interval, tolerance, normalize, image_for
         mode,
         interval_ns,
         tolerance_ns,
+        place=place,
+        encoded=stream.encoding is not None,
+        # Encoded frames are cut on the host over row numbers, then decoded.
+        cut_on=torch.device("cpu") if stream.encoding is not None else stream.times.device,
     )
     _plan_image(plan, stream.sample_shape, stream.sample_dtype, image_form)
     if normalize is not None:
-        scale, shift = _normalizer(key, stream, normalize)
+        scale, shift = normalizer(key, stream, normalize)
         if plan.to_float:  # the statistics are of the stored 0..255 values
             scale = scale * 255
         plan.scale, plan.shift = scale.to(device), shift.to(device)
@@ -165,7 +276,7 @@ def _plan_image(plan, shape, dtype, form):
         plan.to_chw = image_layout(plan.key, shape) == "hwc"
 
 
-def _normalizer(key, stream, how):
+def normalizer(key, stream, how):
     """(scale, shift) with x * scale + shift the normalized value (float32).
     ``how``: a name, or (name, mask): a bool per entry of the sample's last
     axis, False where the entry is left as it is (Octo's

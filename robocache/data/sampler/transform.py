@@ -1,6 +1,7 @@
-"""What happens to a batch after the kernel: each key's augmentation, its
-frames as float and channels-first, its normalisation, and the move to the
-batch's device."""
+"""The transform: what happens to a batch after the cut. Each key's
+augmentation (``robocache.data.augment``), its frames as float and
+channels-first, its normalisation, and the move to the batch's device; then
+the batch dict."""
 
 import torch
 
@@ -13,12 +14,9 @@ def move(t, device):
     return t.to(device, non_blocking=t.device.type == "cpu" and device.type != "cpu")
 
 
-def key_values(plan, values, device, augmentation=None, params=None):
-    """One key's windows as the batch holds them. An augmented key
-    (``params`` given) comes out of the augmentation in its form."""
+def key_values(plan, values, device):
+    """One key's windows as the batch holds them, when not augmented."""
     values = move(values, device)
-    if params is not None:
-        return augmentation.apply(plan.key, values, params)
     if plan.to_float:
         values = values.float().div_(255)
     if plan.scale is not None:
@@ -28,30 +26,39 @@ def key_values(plan, values, device, augmentation=None, params=None):
     return values
 
 
-def assemble(
-    plans,
-    outs,
-    pads,
-    ages,
-    index,
-    row_tables,
-    rows,
-    device,
-    key_age,
-    augmentation=None,
-    params=None,
-):
-    """The batch dict: every key's windows and ``_is_pad`` (and ``_age`` in
-    seconds with ``key_age``), then ``index`` and the anchor rows' tables.
-    ``params``: key -> the augmentation's parameters of this batch."""
-    batch = {}
-    params = params or {}
-    for plan, values, is_pad, age in zip(plans, outs, pads, ages):
-        batch[plan.key] = key_values(plan, values, device, augmentation, params.get(plan.key))
-        batch[f"{plan.key}_is_pad"] = move(is_pad, device)
-        if key_age:
-            batch[f"{plan.key}_age"] = move(ns_to_seconds(age), device)
-    batch["index"] = move(index, device)
-    for name, t in zip(row_tables, rows):
-        batch[name] = move(t, device)
-    return batch
+class Transform:
+    """``transform(cut, index, step, parts)`` -> the batch dict: every key's
+    windows and ``_is_pad`` (and ``_age`` in seconds with ``key_age``), then
+    ``index`` and the anchor rows' tables (``row_names``).
+
+    ``augmentation``: a ``KeyAugmentation``, whose keys come out of the
+    augmentation in their form; each batch's draws are fixed by (seed,
+    step, rank), and ``parts`` splits them as ``KeyAugmentation.params``
+    says."""
+
+    def __init__(self, plans, row_names, device, key_age, augmentation, seed, rank):
+        self.plans, self.row_names, self.device = plans, list(row_names), device
+        self.key_age, self.augmentation = key_age, augmentation
+        self.seed, self.rank = seed, rank
+
+    def __call__(self, cut, index, step=None, parts=None):
+        device = self.device
+        params = {}
+        if self.augmentation is not None:
+            params = self.augmentation.params(
+                index.numel(), self.seed, step, self.rank, device, parts
+            )
+        batch = {}
+        for plan, values, is_pad, age in zip(self.plans, cut.outs, cut.pads, cut.ages):
+            if plan.key in params:
+                values = self.augmentation.apply(plan.key, move(values, device), params[plan.key])
+            else:
+                values = key_values(plan, values, device)
+            batch[plan.key] = values
+            batch[f"{plan.key}_is_pad"] = move(is_pad, device)
+            if self.key_age:
+                batch[f"{plan.key}_age"] = move(ns_to_seconds(age), device)
+        batch["index"] = move(index, device)
+        for name, t in zip(self.row_names, cut.rows):
+            batch[name] = move(t, device)
+        return batch

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from ..errors import LoaderError
 from ..frames import FrameEncoding
 from .packed import PackedStream
-from .prefetch import MappedRows, tensor_extents
+from .rows import MappedRows, tensor_extents
 from .shards import shard_ranges
 from .validate import check_structure, episode_crc32, tensor_crc32, verify_checksums
 

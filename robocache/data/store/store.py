@@ -40,7 +40,7 @@ class EpisodeStore:
             ``"mapped"`` or ``"cpu"`` (``place``).
         mapped: the keys whose values map the store's file (``load``).
         mapped_rows: key -> where a mapped key's values lie in that file
-            (``prefetch.MappedRows``), for reads ahead of the sampler.
+            (``rows.MappedRows``), for reads ahead of the sampler.
     """
 
     def __init__(self, streams, episodes, tasks, fps=None, shard=None, info=None, mapped=()):

@@ -1,19 +1,39 @@
-"""Mapped keys read ahead of the sampler: an epoch's order is known when it
-starts, so the rows the next batches' windows read are too. For each batch,
-a thread finds those rows (the operator itself, run on the host over row
-numbers), reads them from the store's file (``MappedRows.read``: runs of
-rows, on a few threads), and packs them as a small stream of their own with
-the same episodes: each episode holds its rows that the batch reads, its
-first and last rows, and, for each query, the rows on both sides of it, so
-that the operator finds in it exactly what it finds in the whole stream, and
-cuts the same windows from it."""
+"""The read: where each key's rows come from.
+
+- Keys on the GPU, and pinned keys (the kernel reads page-locked host memory
+  directly), are read by the cut itself: nothing to do here.
+- Mapped keys: an epoch's order is known when it starts, so the rows the
+  next batches' windows read are too. For each batch a thread finds those
+  rows (the cut over row numbers), reads them from the store's file (runs
+  of rows, on a few threads: ``store.rows.MappedRows``) and packs them as a
+  small stream of their own with the same episodes: each episode holds its
+  rows the batch reads, its first and last rows, and for each query the rows
+  on both sides of it, so that the cut finds in it exactly what it finds in
+  the whole stream, and cuts the same windows from it.
+- Encoded keys (JPEG, PNG): the cut over row numbers (``row + 1``; 0 where a
+  window has no sample) picks the same rows as it would from the frames,
+  with the same padding; each distinct row of a batch is decoded once, in
+  one batched call (decode.py), read ahead with the mapped keys.
+"""
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import torch
 
-from ..._ops import OPS
-from ..store.prefetch import reader_pool
+from ..store.rows import reader_pool
+from .cut import rows_around
+from .decode import FrameKey
+
+
+@dataclass
+class Rows:
+    """What the read readied for one batch: key position -> (values, times,
+    offsets) of a mapped key's rows, and key position -> (rows + 1, frames)
+    of an encoded key's distinct rows decoded."""
+
+    streams: dict = field(default_factory=dict)
+    frames: dict = field(default_factory=dict)
 
 
 class MappedKey:
@@ -35,11 +55,11 @@ class MappedKey:
         for deltas in shifts:
             # "previous" over the row numbers: the row at or before each query
             # (the first row for a query before it).
-            rows, _, _, episode, _ = OPS.anchor_windows(
-                [self.row_numbers], [self.times], [self.offsets], [deltas], anchor[0],
-                anchor[1], index, [], "previous", [0], [-1], edge_tolerance,
+            rows, episode = rows_around(
+                plan, self.row_numbers, self.times, self.offsets, anchor, index, edge_tolerance,
+                mode="previous", deltas=deltas, interval=0, tolerance=-1,
             )  # fmt: skip
-            found.append(rows[0].view(-1))
+            found.append(rows.view(-1))
         episodes = episode[episode >= 0]
         firsts, lasts = self.offsets[episodes], self.offsets[episodes + 1] - 1
         last = lasts.repeat_interleave(len(plan.deltas))
@@ -66,10 +86,45 @@ def _ramp(counts):
     return torch.arange(int(counts.sum())) - starts.repeat_interleave(counts)
 
 
+class Reader:
+    """A sampler's keys that need reading: mapped keys and encoded keys.
+    ``row_numbers``: what the cut cuts in place of encoded frames."""
+
+    def __init__(self, store, plans, decoding):
+        episode_index = store.episodes["episode_index"]
+        self.frames = [
+            FrameKey(k, p, store[p.key], episode_index, decoding)
+            for k, p in enumerate(plans)
+            if p.encoded
+        ]
+        self.mapped = [
+            MappedKey(k, p, store[p.key], store.mapped_rows[p.key])
+            for k, p in enumerate(plans)
+            if p.place == "mapped" and not p.encoded and p.cut_on.type == "cpu"
+        ]
+        self.row_numbers = {f.position: f.row_numbers for f in self.frames}
+
+    def __bool__(self):
+        return bool(self.frames or self.mapped)
+
+    def ahead(self, anchor, edge_tolerance, indices, depth):
+        """A ReadAhead of ``indices``' batches, or None where there is
+        nothing to read ahead."""
+        if not self or not depth:
+            return None
+        return ReadAhead(self.mapped, anchor, edge_tolerance, indices, depth, frames=self.frames)
+
+    def decode_into(self, outs, rows):
+        """Each encoded key's windows of row numbers in ``outs`` replaced by
+        its frames: from ``rows`` (a Rows read ahead), or decoded now."""
+        for f in self.frames:
+            outs[f.position] = f.frames(outs[f.position], rows.frames.get(f.position))
+
+
 class ReadAhead:
     """Each batch's mapped keys read ``depth`` batches ahead, on a thread of
     its own (with ``threads`` more for the reads). ``get(i)`` waits for
-    batch i's; ``close()`` stops the work, and no thread outlives it."""
+    batch i's Rows; ``close()`` stops the work, and no thread outlives it."""
 
     def __init__(
         self, keys, anchor, edge_tolerance, indices, depth=2, threads=8, pin=False, frames=()
@@ -88,17 +143,15 @@ class ReadAhead:
         self.futures[i] = self.worker.submit(self.prepare, self.indices[i])
 
     def prepare(self, index):
-        """(position -> (values, times, offsets) of every mapped key, position
-        -> its distinct rows and their frames decoded of every encoded key),
-        for one batch."""
+        """One batch's Rows."""
         index = index.cpu()
-        out, decoded = {}, {}
+        out = Rows()
         for key in self.keys:
             rows = key.rows_read(index, self.anchor, self.edge)
-            out[key.position] = key.packed(rows, self.pool, self.pin)
+            out.streams[key.position] = key.packed(rows, self.pool, self.pin)
         for key in self.frames:
-            decoded[key.position] = key.decode(key.rows_of(index, self.anchor, self.edge))
-        return out, decoded
+            out.frames[key.position] = key.decode(key.rows_of(index, self.anchor, self.edge))
+        return out
 
     def get(self, i):
         if i + self.depth < len(self.indices) and i + self.depth not in self.futures:

@@ -5,21 +5,22 @@ statistics and placement), and the parts are scattered into one batch in
 the mixture's names.
 
 Where every store keeps the asked keys raw on the sampler's CUDA device,
-they are packed into one store (packed.py): a batch is then one window
+they are packed into one store (packed_mixture.py): a batch is one window
 launch, drawn on the device and replayed from a CUDA graph. Elsewhere each
 store with windows in the batch is cut by its own sampler, the draws made on
 the host (splitting a batch between stores needs each store's count there).
 Both make the same draws from (seed, step, rank) (draws.py)."""
 
 import math
+from dataclasses import replace
 
 import torch
 
-from ..mixture import Mixture
 from .draws import Draws, step_base
-from .packed import PackedMixture, packable, packed_nbytes
+from .packed_mixture import PackedMixture, packable, packed_nbytes
+from .pipeline import SideStream
 from .plan import masked_to
-from .prefetch import prefetched
+from .store_batches import StoreBatches
 
 _WHERE = "WindowSampler"
 # The batch's fields that every store's sampler gives, besides the keys.
@@ -39,14 +40,11 @@ def _translate(per_key, mixture, i):
     return out
 
 
-class MixtureSampler:
-    """``WindowSampler(mixture, ...)``: see WindowSampler; the mixture's own
-    options are on ``Mixture``. ``len()`` is ``epoch_steps``."""
+class MixtureBatches:
+    """Batches of a ``Mixture`` (see WindowSampler; the mixture's own options
+    are on ``Mixture``). ``len()`` is ``epoch_steps``."""
 
-    def __init__(self, store_sampler, mixture, delta_timestamps, **options):
-        """``store_sampler``: the class that samples one store (WindowSampler)."""
-        if not isinstance(mixture, Mixture):
-            raise TypeError(f"{_WHERE}: expected a Mixture; got {type(mixture).__name__}")
+    def __init__(self, mixture, delta_timestamps, options):
         if not isinstance(delta_timestamps, dict) or not delta_timestamps:
             raise ValueError(f"{_WHERE}: delta_timestamps must be a non-empty dict key -> deltas")
         unknown = sorted(set(delta_timestamps) - set(mixture.keys()))
@@ -55,17 +53,14 @@ class MixtureSampler:
                 f"{_WHERE}: delta_timestamps names {unknown}, which no store of the mixture has "
                 f"(the mixture's keys: {mixture.keys()})"
             )
-        if options.pop("shuffle", True) is not True or options.pop("drop_last", False):
+        if options.shuffle is not True or options.drop_last:
             raise ValueError(
                 f"{_WHERE}: a mixture's batches are drawn at random, step by step: shuffle=False "
                 "and drop_last=True do not apply"
             )
         self.mixture, self.keys = mixture, list(delta_timestamps)
-        self.batch_size = options.get("batch_size", 256)
-        self.seed = options.get("seed", 0)
+        self.batch_size, self.seed = options.batch_size, options.seed
         self.fill = mixture.fill
-        self.prefetch = options.pop("prefetch", 1)
-        anchor = options.pop("anchor", None)
         self.samplers, self.task_offsets, tasks = [], [], []
         for i, store in enumerate(mixture.stores):
             own = {mixture.store_key(i, k): d for k, d in delta_timestamps.items()}
@@ -74,35 +69,57 @@ class MixtureSampler:
                 raise ValueError(
                     f"{_WHERE}: the mixture's store {i} has none of the keys asked for"
                 )
-            per_store = {name: _translate(value, mixture, i) for name, value in options.items()}
-            per_store["anchor"] = mixture.store_key(i, anchor) if anchor is not None else None
-            per_store.setdefault("cuda_graph", False)  # a part's size changes every batch
+            translated = {
+                name: _translate(value, mixture, i)
+                for name, value in options.__dict__.items()
+                if isinstance(value, dict)
+            }
+            anchor = options.anchor
+            per_store = replace(
+                options,
+                **translated,
+                anchor=mixture.store_key(i, anchor) if anchor is not None else None,
+                prefetch=0,
+                # a part's size changes every batch
+                cuda_graph=False if options.cuda_graph is None else options.cuda_graph,
+            )
             try:
-                sampler = store_sampler(store, own, prefetch=0, **per_store)
+                sampler = StoreBatches(store, own, per_store, salt=f"store {i}")
             except (ValueError, TypeError) as e:
                 raise type(e)(f"{e} (the mixture's store {i})") from None
-            if sampler._augmentation is not None:  # each store's part draws apart
-                sampler._augmentation.salt = f"store {i}"
             self.samplers.append(sampler)
             self.task_offsets.append(len(tasks))
             tasks.extend(store.tasks)
         self.tasks = tasks
         self.rank, self.world_size = self.samplers[0].rank, self.samplers[0].world_size
         self.device = self.samplers[0].device
-        self._layout = self._check_layout()
+        self.layout = self._check_layout()
         self._windows = {key: len(delta_timestamps[key]) for key in self.keys}
         anchors = sum(s.num_anchors for s in self.samplers)
         self.epoch_steps = mixture.epoch_steps or max(
             1, math.ceil(anchors / (self.batch_size * self.world_size))
         )
-        self.epoch = 0
-        on_gpu = self.device.type == "cuda"
-        self._cuda_stream = torch.cuda.Stream(self.device) if on_gpu and self.prefetch else None
         counts = [s.num_anchors for s in self.samplers]
         self._host_draws = Draws(mixture.weights, counts, torch.device("cpu"))
-        self._packed = None
-        if self._packs():
-            self._packed = PackedMixture(self, store_sampler, delta_timestamps, dict(options))
+        self.packed = None
+        packs = self._packs()
+        self.prefetch = self._prefetch(options.prefetch, packs)
+        on_gpu = self.device.type == "cuda"
+        self.side = SideStream(self.device, self.prefetch) if on_gpu and self.prefetch else None
+        if packs:
+            self.packed = PackedMixture(self, delta_timestamps, options)
+        self._cursor_user = None
+
+    def _prefetch(self, prefetch, packs):
+        """Batches made ahead on a side stream, on the GPU: by default not
+        for a packed mixture (one graph replay a batch), and for one cut
+        store by store, whose host-to-device copies of the draws would
+        otherwise wait on the caller's step."""
+        if self.device.type != "cuda":
+            return 0
+        if prefetch is None:
+            return 0 if packs else 1
+        return prefetch
 
     def _packs(self):
         """Whether to pack: ``Mixture(pack=...)``; None packs on a CUDA device
@@ -131,7 +148,7 @@ class MixtureSampler:
         keys whose 1-D samples differ in width are padded to the widest, other
         differences are errors."""
         layout = {}
-        probes = [s.batch_at(s._anchors[:1]) for s in self.samplers]
+        probes = [s.batch_at(s.anchors[:1]) for s in self.samplers]
         for key in self.keys:
             found = {}
             for i, probe in enumerate(probes):
@@ -152,21 +169,31 @@ class MixtureSampler:
             layout[key] = (dtype, max(distinct), len(distinct) > 1, len(found) < len(probes))
         return layout
 
-    def set_epoch(self, epoch):
-        if isinstance(epoch, bool) or not isinstance(epoch, int):
-            raise ValueError(f"{_WHERE}.set_epoch: epoch must be an int; got {epoch!r}")
-        self.epoch = epoch
-
     def __len__(self):
         return self.epoch_steps
 
-    def __iter__(self):
-        steps = range(self.epoch * self.epoch_steps, (self.epoch + 1) * self.epoch_steps)
-        if self._cuda_stream is None:
-            for step in steps:
-                yield self.batch_at_step(step)
+    def epoch(self, epoch):
+        """The batches of ``epoch``: its ``epoch_steps`` steps."""
+        steps = range(epoch * self.epoch_steps, (epoch + 1) * self.epoch_steps)
+        from_cursor = self.packed.steps(steps) if self.packed is not None else None
+        if from_cursor is not None:
+            # As a store's sampler: an iteration started later takes the cursor over.
+            user = self._cursor_user = object()
+
+            def make(i):
+                if self._cursor_user is not user:
+                    return self.batch_at_step(steps[i])
+                return from_cursor(i)
         else:
-            yield from prefetched(self.batch_at_step, steps, self._cuda_stream, self.prefetch)
+
+            def make(i):
+                return self.batch_at_step(steps[i])
+
+        if self.side is None:
+            for i in range(len(steps)):
+                yield make(i)
+        else:
+            yield from self.side.run(make, range(len(steps)))
 
     def draws(self, step):
         """(store of each window (B,), anchor position of each window within
@@ -177,15 +204,15 @@ class MixtureSampler:
 
     def batch_at_step(self, step):
         """The batch of global step ``step``."""
-        if self._packed is not None:
-            return self._packed.batch_at_step(step, step_base(self.seed, step, self.rank))
+        if self.packed is not None:
+            return self.packed.batch_at_step(step)
         stores, within = self.draws(step)
         batch = self._empty(stores)
         for i, sampler in enumerate(self.samplers):
             where = (stores == i).nonzero().view(-1)
             if where.numel() == 0:
                 continue
-            rows = sampler._anchors[within[where].to(sampler._anchors.device)]
+            rows = sampler.anchors[within[where].to(sampler.anchors.device)]
             part = sampler.batch_at(rows, step=step)
             self._scatter(batch, part, i, where.to(self.device, non_blocking=True))
         return batch
@@ -195,7 +222,7 @@ class MixtureSampler:
         B, device = stores.numel(), self.device
         batch = {}
         for key in self.keys:
-            dtype, widest, ragged, lacking = self._layout[key]
+            dtype, widest, ragged, lacking = self.layout[key]
             shape = (B, self._windows[key], *widest)
             if ragged or lacking:  # some rows or widths no store's part covers
                 fill = self.fill if dtype.is_floating_point else 0
@@ -212,7 +239,7 @@ class MixtureSampler:
         B = self.batch_size
         for key in self.keys:
             own = self.mixture.store_key(i, key)
-            ragged = self._layout[key][2]  # (dtype, widest, ragged, lacking)
+            ragged = self.layout[key][2]  # (dtype, widest, ragged, lacking)
             if own is None:
                 continue
             values, pad = part[own], part[f"{own}_is_pad"]

@@ -4,14 +4,19 @@ an anchor stream of each store's anchor times. A batch is then one draw
 kernel fed one number a step, one gather of the drawn anchors' rows, one
 window launch for every key, and each store's normalisation, fill and width
 mask gathered per window; all of it replayed from a CUDA graph (without
-augmentation, which draws on the host)."""
+augmentation, which draws on the host). An iteration's step numbers are put
+on the device a run at a time, behind a cursor the graph advances."""
+
+from dataclasses import replace
 
 import torch
 
 from ..store import EpisodeStore, PackedStream
-from .draws import Draws
+from .draws import Draws, step_base
 from .graphs import COUNTS_REFERENCES, BatchGraphs
-from .plan import _normalizer, masked_to
+from .order import StepCursor
+from .plan import masked_to, normalizer
+from .store_batches import StoreBatches
 
 # The packed store's anchor stream: each store's anchor times, no values.
 ANCHOR = "mixture anchors"
@@ -34,7 +39,7 @@ def packable(sampler):
     (not encoded, not mapped) on the sampler's device, with samples of one
     shape (1-D widths apart); else why not."""
     for key in sampler.keys:
-        if sampler._layout[key][2]:  # 1-D widths, padded to the widest
+        if sampler.layout[key][2]:  # 1-D widths, padded to the widest
             continue
         shapes = {
             tuple(sub.store[own].sample_shape)
@@ -72,15 +77,19 @@ def packed_nbytes(sampler):
     return total
 
 
-class PackedMixture:
-    """One WindowSampler over the packed store, and the per-store tables."""
+# Step keys put on the device at a time, while iterating.
+STEPS_A_LOAD = 256
 
-    def __init__(self, outer, store_sampler, delta_timestamps, options):
+
+class PackedMixture:
+    """One StoreBatches over the packed store, and the per-store tables."""
+
+    def __init__(self, outer, delta_timestamps, options):
         mixture, device = outer.mixture, outer.device
         stores = [s.store for s in outer.samplers]
         streams, self.tables = {}, {}
         for key in outer.keys:
-            streams[key] = self._pack_key(outer, key, stores, options.get("normalize"))
+            streams[key] = self._pack_key(outer, key, stores, options.normalize)
         anchors = [store[s.anchor] for store, s in zip(stores, outer.samplers)]
         times = torch.cat([a.times for a in anchors])
         streams[ANCHOR] = PackedStream(
@@ -97,14 +106,15 @@ class PackedMixture:
             ),
         }
         store = EpisodeStore(streams, episodes, outer.tasks)
-        inner = {k: v for k, v in options.items() if k != "normalize"}
-        inner.update(anchor=ANCHOR, prefetch=0, cuda_graph=False, shuffle=True)
-        self.sampler = store_sampler(store, delta_timestamps, **inner)
+        inner = replace(
+            options, normalize=None, anchor=ANCHOR, prefetch=0, cuda_graph=False, shuffle=True
+        )
+        self.sampler = StoreBatches(store, delta_timestamps, inner)
         for key, t in self.tables.items():  # statistics of 0..255 values, frames made float
             if t["scale"] is not None and self.sampler.keys[key].to_float:
                 t["scale"] = t["scale"] * 255
         # Each store's anchors: a contiguous run of the packed sampler's.
-        rows = self.sampler._anchors
+        rows = self.sampler.anchors
         bounds = torch.cat([row_bases, torch.tensor([times.numel()], device=device)])
         counts = torch.searchsorted(rows, bounds).diff().tolist()
         self.draws = Draws(mixture.weights, counts, device)
@@ -115,13 +125,17 @@ class PackedMixture:
         self._rows = torch.stack([rows, rows - row_bases[store_of]])
         self.outer = outer
         self._base = torch.zeros(1, dtype=torch.int64, device=device)
-        graphs = device.type == "cuda" and self.sampler._augmentation is None and COUNTS_REFERENCES
-        self._graphs = BatchGraphs(self._batch, self._base, 2 + outer.prefetch) if graphs else None
+        graphs = device.type == "cuda" and self.sampler.augmentation is None and COUNTS_REFERENCES
+        self.graphs = BatchGraphs(2 + outer.prefetch, device) if graphs else None
+        if self.graphs is not None:
+            self.cursor = StepCursor(STEPS_A_LOAD, 1, device)
+            self._from_cursor = lambda: self._batch(self.cursor.take(1))
+            self._from_base = lambda: self._batch(self._base)
 
     def _pack_key(self, outer, key, stores, normalize):
         """The key's streams back to back (narrower widths padded, lacking
         stores empty), and its per-store tables: normalisation, fill, width."""
-        batch_dtype, widest, ragged, lacking = outer._layout[key]
+        batch_dtype, widest, ragged, lacking = outer.layout[key]
         # The samples as stored (the layout's are as the batch holds them).
         i = next(i for i in range(len(stores)) if outer.mixture.store_key(i, key))
         first = stores[i][outer.mixture.store_key(i, key)]
@@ -150,7 +164,7 @@ class PackedMixture:
             offsets.append(s.offsets)
             widths.append(s.values.shape[-1] if ragged else None)
             if how:
-                scale, shift = _normalizer(own, s, masked_to(how, s))
+                scale, shift = normalizer(own, s, masked_to(how, s))
             else:
                 scale, shift = torch.ones(()), torch.zeros(())
             scales.append(_padded(scale.to(device), widest, 1.0))
@@ -173,26 +187,44 @@ class PackedMixture:
         }
         return PackedStream(torch.cat(values), torch.cat(times), _joined_offsets(offsets))
 
-    def batch_at_step(self, step, base):
-        """The batch of ``step``, whose first window's key is ``base`` (draws.step_base)."""
-        if self._graphs is None:
-            self._base.fill_(base)
+    def batch_at_step(self, step):
+        """The batch of ``step``."""
+        outer = self.outer
+        self._base.fill_(step_base(outer.seed, step, outer.rank))
+        if self.graphs is None:
             return self._batch(self._base, step)
-        return self._graphs(torch.full((1,), base, dtype=torch.int64, device=self._base.device))
+        return self.graphs.replay("base", self._from_base)
+
+    def steps(self, steps):
+        """A function making the batch of the i-th of ``steps`` (a range),
+        called in order: from the cursor, its step keys loaded a run at a
+        time (None where batches are not replayed from graphs)."""
+        if self.graphs is None:
+            return None
+        outer, cursor = self.outer, self.cursor
+        ring = self.graphs.ring("cursor", self._from_cursor, (cursor.step,))
+        pin = self._base.is_cuda
+
+        def make(i):
+            if i % STEPS_A_LOAD == 0:
+                run = steps[i : i + STEPS_A_LOAD]
+                keys = torch.tensor([step_base(outer.seed, s, outer.rank) for s in run])
+                cursor.load(keys.pin_memory() if pin else keys)
+            return ring()
+
+        return make
 
     def _batch(self, base, step=None):
         store, position = self.draws(base, self.outer.batch_size)
         rows, index = self._rows.index_select(1, position)  # one gather for both
         parts = None
-        if (
-            self.sampler._augmentation is not None
-        ):  # each store's windows as its own sampler draws them
+        if self.sampler.augmentation is not None:  # each store's windows as its own draws them
             host = self.outer.draws(step)[0]
             parts = [
                 (f"store {i}", (host == i).nonzero().view(-1))
                 for i in range(len(self.outer.samplers))
             ]
-        batch = self.sampler._batch(rows, step=step, augment_parts=parts)
+        batch = self.sampler.batch(rows, step=step, parts=parts)
         for key, t in self.tables.items():
             x = batch[key]
             chw = self.sampler.keys[key].to_chw

@@ -1,0 +1,66 @@
+"""Batches made ahead on a CUDA stream of the sampler's own, ordered by
+events, while the caller's step runs.
+
+When the caller asks for batch j, an event is recorded on its stream and
+the side stream waits for it before making batch j + depth: whatever the
+caller had queued by then (its steps on earlier batches, which it has let
+go) comes first, so memory a let-go batch held (a graph's buffers, or the
+allocator's blocks) is written again only after the caller's last read of
+it. Batch j + depth then runs beside the caller's step j. The batch handed
+out is ready on the caller's stream: it waits on the batch's event, on the
+GPU. Nothing waits on the host, and no tensor needs ``record_stream``."""
+
+from collections import deque
+
+import torch
+
+
+class SideStream:
+    """A sampler's CUDA stream and the events that order it with the caller's."""
+
+    def __init__(self, device, depth):
+        self.device, self.depth = device, depth
+        self.cuda_stream = torch.cuda.Stream(device)
+        # Re-recorded in turn: each one's last wait was queued long before.
+        self.released = [torch.cuda.Event() for _ in range(depth + 2)]
+        self.ready = [torch.cuda.Event() for _ in range(depth + 2)]
+        self.count = 0
+
+    def make(self, make_batch, item, caller):
+        """``make_batch(item)`` on the side stream, after what ``caller``
+        has queued; (batch, its ready event)."""
+        k = self.count % len(self.ready)
+        self.count += 1
+        released, ready = self.released[k], self.ready[k]
+        released.record(caller)
+        self.cuda_stream.wait_event(released)
+        torch.cuda.set_stream(self.cuda_stream)
+        try:
+            batch = make_batch(item)
+            ready.record(self.cuda_stream)
+        finally:
+            torch.cuda.set_stream(caller)
+        return batch, ready
+
+    def run(self, make_batch, items):
+        """Yields ``make_batch(item)`` for each item, each made ``depth``
+        batches ahead on the side stream."""
+        device = self.device
+        pending = deque()
+        ahead = iter(items)
+        caller = torch.cuda.current_stream(device)
+        for item in ahead:
+            pending.append(self.make(make_batch, item, caller))
+            if len(pending) >= self.depth:
+                break
+        while pending:
+            batch, ready = pending.popleft()
+            caller = torch.cuda.current_stream(device)
+            caller.wait_event(ready)
+            item = next(ahead, _END)
+            if item is not _END:
+                pending.append(self.make(make_batch, item, caller))
+            yield batch
+
+
+_END = object()

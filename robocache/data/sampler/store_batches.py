@@ -1,0 +1,248 @@
+"""One store's batches: the sampler's stages wired together.
+
+plan (plan.py) -> order (order.py) -> read (read.py) -> cut (cut.py) ->
+transform (transform.py), each batch made eagerly or replayed from a CUDA
+graph (graphs.py), on the caller's stream or ahead on the sampler's own
+(pipeline.py).
+
+Where every key is cut on the GPU, an epoch's order is put on the device
+once, behind a cursor that the batch's graph advances itself: a batch then
+costs the host one graph launch."""
+
+import torch
+
+from .._device import resolve_device
+from ..time import ns_to_seconds
+from . import order
+from .cut import WindowCut
+from .graphs import COUNTS_REFERENCES, BatchGraphs, check_graph_options
+from .pipeline import SideStream
+from .plan import plan_keys
+from .read import Reader, Rows
+from .transform import Transform
+
+_WHERE = "WindowSampler"
+
+
+class StoreBatches:
+    """Batches of windows of one store (see WindowSampler for the options).
+
+    ``salt`` names the stream of numbers its augmentation draws from (a
+    mixture's stores each have their own)."""
+
+    def __init__(self, store, delta_timestamps, options, salt=""):
+        from ..augment import KeyAugmentation
+
+        self.store, self.options = store, options
+        self.rank, self.world_size = order.resolve_ranks(options.rank, options.world_size, store)
+        device = resolve_device(options.device, _WHERE)
+        self.device = device if device is not None else store.device
+        self.plans = plan_keys(store, delta_timestamps, options, self.device)
+        self.keys = {p.key: p for p in self.plans}
+        augment = options.augment
+        self.augmentation = KeyAugmentation(augment, self.plans, store, salt) if augment else None
+        self.anchor = options.anchor if options.anchor is not None else order.default_anchor(store)
+        self.batch_size, self.seed = options.batch_size, order.check_seed(options.seed)
+        self.shuffle, self.drop_last = options.shuffle, options.drop_last
+        self._step = 0  # batch_at's augmentation step when none is given
+        self._index_anchors(store, options.drop_n_last_frames)
+        self.reader = Reader(store, self.plans, options.decoding)
+        self.cut = WindowCut(
+            store, self.anchor, self.plans, self.row_tables, options.edge_tolerance,
+            self.reader.row_numbers,
+        )  # fmt: skip
+        self._check_cut()
+        self.transform = Transform(
+            self.plans, self.row_tables, self.device, options.key_age, self.augmentation,
+            self.seed, self.rank,
+        )  # fmt: skip
+        on_gpu = self.anchors.is_cuda and self.device.type == "cuda"
+        self.prefetch = self._prefetch(options.prefetch, on_gpu)
+        self.side = SideStream(self.device, self.prefetch) if self.prefetch else None
+        self.graphs = self._graphs(options, on_gpu)
+        if self.graphs is not None:
+            self.cursor = order.StepCursor(self._per_rank, self.batch_size, self.device)
+            self._static = {}  # batch size -> the index batch_at's graphs read
+        self._cursor_user = None
+
+    def _index_anchors(self, store, drop_n_last_frames):
+        anchor_stream = store[self.anchor]
+        offsets, times = anchor_stream.offsets, anchor_stream.times
+        # Keys cut on the host: the anchors on the host, so that nothing the
+        # host needs is read back from the GPU.
+        if any(p.cut_on.type == "cpu" for p in self.plans):
+            offsets, times = offsets.cpu(), times.cpu()
+        row_episode = order.row_episodes(offsets)
+        self.anchors = order.anchor_rows(offsets, row_episode, drop_n_last_frames)
+        self._per_rank = order.per_rank(
+            store, self.anchor, drop_n_last_frames, self.anchors.numel(), self.world_size,
+            self.drop_last,
+        )  # fmt: skip
+        if self.anchors.numel() == 0:
+            raise ValueError(
+                f"{_WHERE}: the store has no anchor frames (stream {self.anchor!r} is empty"
+                f"{' after dropping the last frames' if drop_n_last_frames else ''})"
+            )
+        if self.drop_last and self.batch_size > self._per_rank:
+            raise ValueError(
+                f"{_WHERE}: batch_size {self.batch_size} exceeds the {self._per_rank} anchors "
+                "a rank visits an epoch, and drop_last=True would leave no batch"
+            )
+        # Per anchor row, gathered with the windows: its episode_index,
+        # frame_index and task_index, and its time from the episode's first
+        # frame in seconds (float32, as LeRobot's timestamp).
+        first_row = offsets[:-1][row_episode]
+        episodes = {
+            k: store.episodes[k].to(offsets.device) for k in ("episode_index", "task_index")
+        }
+        self.row_tables = {
+            "episode_index": episodes["episode_index"][row_episode],
+            "frame_index": torch.arange(times.numel(), device=offsets.device) - first_row,
+            "task_index": episodes["task_index"][row_episode],
+            "timestamp": ns_to_seconds(times - times[first_row]),
+        }
+
+    def _check_cut(self):
+        """Every check of the operator (modes, dtypes, devices, shapes, a build
+        with the device's kernels) runs once here, on an empty batch; the
+        batches then call it directly. Its errors say which key stream k is."""
+        try:
+            self.cut.check(self.anchors.device)
+        except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:
+            streams = ", ".join(f"stream {k} is {p.key!r}" for k, p in enumerate(self.plans))
+            raise type(e)(f"{_WHERE}: {e} ({streams})") from None
+
+    def _prefetch(self, prefetch, on_gpu):
+        """Batches made ahead on a side stream: as asked where the batches
+        are cut on the GPU; by default only where a key is read from host
+        memory (a pinned key's read is long, and overlaps the step), not
+        where every key is on the GPU (the cut is microseconds, and a side
+        stream's events would cost the host more than it saves)."""
+        if not on_gpu:
+            return 0
+        if prefetch is None:
+            return 1 if any(p.place != "cuda" for p in self.plans) else 0
+        return prefetch
+
+    def _graphs(self, options, on_gpu):
+        """The sampler's BatchGraphs, or None (see WindowSampler's cuda_graph)."""
+        cuda_graph, buffers = check_graph_options(
+            options.cuda_graph, options.graph_buffers, self.prefetch
+        )
+        if cuda_graph is None:  # on where it is safe: the GPU, and batches kept stay kept
+            cuda_graph = on_gpu and COUNTS_REFERENCES and self.augmentation is None
+        if not cuda_graph:
+            return None
+        if self.augmentation is not None:
+            raise ValueError(
+                f"{_WHERE}: cuda_graph=True with augment: each batch's augmentation is drawn "
+                "on the host, outside any CUDA graph; use cuda_graph=False"
+            )
+        if self.reader.frames:
+            raise ValueError(
+                f"{_WHERE}: cuda_graph=True: {self.reader.frames[0].plan.key!r} holds encoded "
+                "frames, which are decoded per batch outside any CUDA graph; use "
+                "cuda_graph=False (or a store built with frames='raw')"
+            )
+        if not on_gpu:
+            raise ValueError(
+                f"{_WHERE}: cuda_graph=True needs the store and the batches on a CUDA device "
+                f"(store.to('cuda'), or every key placed 'cuda' or 'pinned'); the store is on "
+                f"{self.store.device}"
+            )
+        return BatchGraphs(buffers, self.device)
+
+    # -- an epoch --------------------------------------------------------------------
+
+    @property
+    def num_anchors(self):
+        return int(self.anchors.numel())
+
+    def __len__(self):
+        n = self._per_rank
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def epoch(self, epoch):
+        """The batches of ``epoch``, made as the caller asks for them."""
+        sharded = self.store.shard is not None
+        generator = None
+        if self.shuffle:
+            generator = order.epoch_generator(self.anchors, self.seed, epoch, self.rank, sharded)
+        anchors = order.epoch_order(
+            self.anchors, self._per_rank, self.rank, self.world_size, sharded, generator
+        )
+        count, B = len(self), self.batch_size
+        first_step = epoch * count
+        reader = None
+        if self.graphs is not None:
+            # This iteration feeds the graphs through the cursor; another one
+            # started later takes it over, and this one then feeds them indices.
+            user = self._cursor_user = object()
+            last = anchors.numel() - (count - 1) * B
+            rings = [self._cursor_ring(B)] * (count - 1) + [self._cursor_ring(last)]
+            cursor = self.cursor
+
+            def make(i):
+                if self._cursor_user is not user:
+                    return self.batch_at(anchors[i * B : (i + 1) * B])
+                if i == 0:
+                    cursor.load(anchors)
+                return rings[i]()
+        else:
+            parts = [anchors[i * B : (i + 1) * B] for i in range(count)]
+            anchor = self.cut.anchor_on_host()
+            if anchor is not None:
+                reader = self.reader.ahead(anchor, self.options.edge_tolerance, parts,
+                                           self.options.read_ahead)  # fmt: skip
+
+            def make(i):
+                rows = reader.get(i) if reader is not None else None
+                return self.batch(parts[i], rows, step=first_step + i)
+
+        try:
+            if self.side is None:
+                for i in range(count):
+                    yield make(i)
+            else:
+                yield from self.side.run(make, range(count))
+        finally:
+            if reader is not None:
+                reader.close()
+
+    def _cursor_ring(self, size):
+        """The graphs of a batch of ``size`` whose anchors the cursor reads."""
+        cursor = self.cursor
+        return self.graphs.ring(
+            ("cursor", size), lambda: self.batch(cursor.take(size)), (cursor.step,)
+        )
+
+    # -- one batch ---------------------------------------------------------------------
+
+    def batch_at(self, index, step=None):
+        """The batch anchored at ``index`` (anchor-stream rows, any integer form)."""
+        index = order.anchor_index(index, self.anchors.device)
+        if self.graphs is None:
+            return self.batch(index, step=step)
+        size = index.numel()
+        static = self._static.get(size)
+        if static is None:
+            static = self._static[size] = index.clone()
+        static.copy_(index)
+        # The graph copies the index, so that each of its batches holds its own.
+        return self.graphs.replay(("index", size), lambda: self.batch(static.clone()))
+
+    def batch(self, index, rows=None, step=None, parts=None):
+        """The batch anchored at ``index``, made now. ``rows``: what the read
+        readied ahead for it (else mapped keys are read from the mapping and
+        encoded keys decoded now); ``step`` fixes the augmentation's draws
+        (default: a count of the batches that gave none); ``parts``: see
+        ``KeyAugmentation.params``."""
+        if self.augmentation is not None and step is None:
+            step, self._step = self._step, self._step + 1
+        # The store's tensors never need gradients: the op runs below autograd
+        # (no autograd bookkeeping a call; the batch's tensors are ordinary).
+        with torch._C._AutoDispatchBelowAutograd():
+            cut = self.cut(index, rows.streams if rows is not None else None)
+            if self.reader.frames:
+                self.reader.decode_into(cut.outs, rows if rows is not None else Rows())
+            return self.transform(cut, index, step, parts)

@@ -26,6 +26,8 @@ import torch
 from benchmark.e2e_policies import DiffusionLike
 from robocache.bench.timing import per_batch_seconds, sync
 from robocache.data import Augment, EpisodeStore, WindowSampler
+from robocache.data.augment import augment_generator
+from robocache.ops import augment as augment_op
 
 CAMERAS = ("observation.images.top", "observation.images.wrist")
 JITTER = dict(brightness=0.3, contrast=0.4, saturation=0.5, hue=0.08)
@@ -144,11 +146,19 @@ def main(argv=None):
     meta.update(torch=torch.__version__, batch=args.batch, size=args.size, frames_per_window=2)
     rows = []
     steps = iter(range(10**9))
-    draws = augmented._augmentation
+    size = aug.output_size(args.size, args.size)
 
     def ours():
-        params = draws.params(args.batch, 0, next(steps), 0, device)
-        return [draws.apply(cam, f, params[cam]) for cam, f in zip(CAMERAS, frames)]
+        """What the sampler does a batch: each camera's draws on the host, and the op."""
+        out = []
+        step = next(steps)
+        for cam, f in zip(CAMERAS, frames):
+            g = augment_generator(0, step, 0, cam)
+            params = aug.draw(args.batch, args.size, args.size, g)
+            if device.type == "cuda":
+                params = params.pin_memory().to(device, non_blocking=True)
+            out.append(augment_op(f, params, size, "float_chw"))
+        return out
 
     rows.append({"what": "augment, robocache", "ms": per_batch_seconds(ours, device, 20) * 1e3})
     try:

@@ -108,7 +108,7 @@ def main(argv=None):
         "torch": torch.__version__,
         "batch": args.batch,
         "single_ms": single_s * 1e3,
-        "packed": mixed._packed is not None,
+        "packed": mixed.packed,
         "mixture_ms": mixed_s * 1e3,
         "ratio": mixed_s / single_s,
         "per_store_ms": apart_s * 1e3,

@@ -1,8 +1,15 @@
-"""WindowSampler against the peers that build the same windows.
+"""WindowSampler: what a batch costs the host on each path, and the sampler
+against the peers that build the same windows.
 
     python -m benchmark.sampler [--device cuda] [--workers 4,8,16] [--json PATH] [--small]
+        [--host-only] [--host-batch-sizes 64,256]
 
-Cases (LeRobot-style windows, B = 256):
+First table (benchmark/sampler_host.py): the host's CPU and wall time a
+batch with the default arguments and with each option that changes the
+path (graphs, prefetch, mixtures, augmentation, pinned, mapped and JPEG
+keys), so that a regression shows in one run.
+
+Peer cases (LeRobot-style windows, B = 256):
   lowdim:  a 16-step action chunk of 7 and 2 steps of a 14-dim state;
   cameras: the same plus two uint8 96x96x3 cameras, 2 steps each.
 
@@ -22,6 +29,7 @@ import sys
 
 import torch
 
+from benchmark import sampler_host
 from robocache.bench.timing import graph_seconds, per_batch_seconds
 from robocache.data import EpisodeStore, WindowSampler
 
@@ -231,12 +239,16 @@ def main(argv=None):
     parser.add_argument("--loader-batches", type=int, default=20)
     parser.add_argument("--small", action="store_true", help="a small store (a smoke run)")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--host-only", action="store_true", help="the host-time table alone")
+    parser.add_argument("--host-batch-sizes", default="64,256")
     args = parser.parse_args(argv)
     args.workers = [int(w) for w in args.workers.split(",") if w != ""]
     device = torch.device(args.device)
+    sizes = [int(b) for b in args.host_batch_sizes.split(",") if b != ""]
+    host_rows = sampler_host.run(device, sizes, args.small)
     episodes, frames = (8, 64) if args.small else (200, 400)
     rows = []
-    for name, cameras in (("lowdim", 0), ("cameras", 2)):
+    for name, cameras in () if args.host_only else (("lowdim", 0), ("cameras", 2)):
         store = make_store(
             episodes if cameras == 0 else episodes // 2 if args.small else episodes // 4,
             frames,
@@ -251,7 +263,7 @@ def main(argv=None):
     print(f"\n{meta['device']}, torch {meta['torch']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({**meta, "rows": rows}, f, indent=1)
+            json.dump({**meta, "host": host_rows, "rows": rows}, f, indent=1)
     return 0
 
 

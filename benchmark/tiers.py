@@ -163,8 +163,9 @@ def measure(args, folder, tier, policy_name, device, say):
 
     def batches():
         sampler = WindowSampler(
-            store, DELTAS, batch_size=batch_size, images="float_chw", device=device, seed=1
-        )
+            store, DELTAS, batch_size=batch_size, images="float_chw", device=device, seed=1,
+            prefetch=args.prefetch,
+        )  # fmt: skip
         epoch = 0
         while True:
             sampler.set_epoch(epoch)
@@ -207,6 +208,7 @@ def measure(args, folder, tier, policy_name, device, say):
         "ideal_step_s": ideal,
         "step_s": real,
         "efficiency": efficiency,
+        "prefetch": args.prefetch,
         "wait_s": wait,
         "windows_per_s": alone,
         "frames_GBps": alone / batch_size * read / 1e9,
@@ -268,6 +270,9 @@ def main(argv=None):
     parser.add_argument("--budget", type=float, default=30.0, help="seconds a timing may take")
     parser.add_argument(
         "--blocks", type=int, default=7, help="staged and fed blocks of --steps, alternated"
+    )
+    parser.add_argument(
+        "--prefetch", type=int, help="the sampler's prefetch (default: the sampler's own)"
     )
     parser.add_argument("--data", help="keep the stores here")
     parser.add_argument("--small", action="store_true", help="a smoke run")

@@ -182,3 +182,31 @@ def test_graphs_are_captured_while_garbage_holds_another_samplers_graphs():
         gc.set_threshold(*thresholds)
         gc.enable()
     assert_same(got, expected)
+
+
+@requires_cuda
+def test_drop_last_graphs_cut_only_whole_batches():
+    store = make_store().to("cuda")
+    kw = dict(batch_size=5, seed=4, drop_last=True, anchor="action")
+    graphed = WindowSampler(store, DELTAS, **kw)
+    assert graphed.num_anchors % 5  # a last part that drop_last leaves out
+    eager = cloned(WindowSampler(store, DELTAS, cuda_graph=False, **kw))
+    got = cloned(graphed)
+    assert len(got) == graphed.num_anchors // 5 and {b["index"].numel() for b in got} == {5}
+    assert_same(got, eager)
+
+
+@requires_cuda
+def test_an_error_making_a_batch_ahead_comes_after_the_batches_before_it():
+    from robocache.data.sampler.pipeline import SideStream
+
+    def make(i):
+        if i == 3:
+            raise ValueError("batch 3 fails")
+        return {"i": torch.full((1,), i, device="cuda")}
+
+    got = []
+    with pytest.raises(ValueError, match="batch 3 fails"):
+        for batch in SideStream(torch.device("cuda"), 2).run(make, range(6)):
+            got.append(int(batch["i"]))
+    assert got == [0, 1, 2]

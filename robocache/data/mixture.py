@@ -1,6 +1,6 @@
 """Many stores as one dataset: ``Mixture`` holds each store with its weight
 and a map of its keys onto the mixture's names. ``WindowSampler`` takes it
-in place of a store (sampler/mixed.py draws its batches)."""
+in place of a store (sampler/mixture_batches.py draws its batches)."""
 
 import math
 import numbers

@@ -181,8 +181,8 @@ class MixtureBatches:
             user = self._cursor_user = object()
 
             def make(i):
-                if self._cursor_user is not user:
-                    return self.batch_at_step(steps[i])
+                if self._cursor_user is not user:  # without a graph, whose inputs it shares
+                    return self.packed.batch_at_step(steps[i], graph=False)
                 return from_cursor(i)
         else:
 

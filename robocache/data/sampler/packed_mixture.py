@@ -187,12 +187,16 @@ class PackedMixture:
         }
         return PackedStream(torch.cat(values), torch.cat(times), _joined_offsets(offsets))
 
-    def batch_at_step(self, step):
-        """The batch of ``step``."""
+    def batch_at_step(self, step, graph=True):
+        """The batch of ``step`` (``graph=False``: made now, with an input of
+        its own, as an iteration that another took the cursor from makes
+        its batches, perhaps on another stream than the graph's input is
+        written on)."""
         outer = self.outer
-        self._base.fill_(step_base(outer.seed, step, outer.rank))
-        if self.graphs is None:
-            return self._batch(self._base, step)
+        base = step_base(outer.seed, step, outer.rank)
+        if self.graphs is None or not graph:
+            return self._batch(torch.full((1,), base, device=self._base.device), step)
+        self._base.fill_(base)
         return self.graphs.replay("base", self._from_base)
 
     def steps(self, steps):

@@ -28,38 +28,54 @@ class SideStream:
 
     def make(self, make_batch, item, caller):
         """``make_batch(item)`` on the side stream, after what ``caller``
-        has queued; (batch, its ready event)."""
+        has queued; (batch, its ready event). The current device is as it was."""
         k = self.count % len(self.ready)
         self.count += 1
         released, ready = self.released[k], self.ready[k]
         released.record(caller)
         self.cuda_stream.wait_event(released)
-        torch.cuda.set_stream(self.cuda_stream)
+        device = torch.cuda.current_device()
+        torch.cuda.set_stream(self.cuda_stream)  # which makes its device current
         try:
             batch = make_batch(item)
             ready.record(self.cuda_stream)
         finally:
             torch.cuda.set_stream(caller)
+            if torch.cuda.current_device() != device:
+                torch.cuda.set_device(device)
         return batch, ready
 
     def run(self, make_batch, items):
         """Yields ``make_batch(item)`` for each item, each made ``depth``
-        batches ahead on the side stream."""
+        batches ahead on the side stream. An error making a batch is raised
+        where that batch is asked for, after the batches made before it."""
         device = self.device
         pending = deque()
         ahead = iter(items)
+
+        def fill(caller):
+            """Makes the next item's batch; False when none is left or it failed."""
+            item = next(ahead, _END)
+            if item is _END:
+                return False
+            try:
+                pending.append(self.make(make_batch, item, caller))
+            except Exception as e:  # raised in its turn
+                pending.append((None, e))
+                return False
+            return True
+
         caller = torch.cuda.current_stream(device)
-        for item in ahead:
-            pending.append(self.make(make_batch, item, caller))
-            if len(pending) >= self.depth:
-                break
+        while len(pending) < self.depth and fill(caller):
+            pass
         while pending:
             batch, ready = pending.popleft()
+            if batch is None:
+                raise ready
             caller = torch.cuda.current_stream(device)
             caller.wait_event(ready)
-            item = next(ahead, _END)
-            if item is not _END:
-                pending.append(self.make(make_batch, item, caller))
+            if not pending or pending[-1][0] is not None:
+                fill(caller)
             yield batch
 
 

@@ -198,6 +198,16 @@ class WindowSampler:
         return self._batches.keys
 
     @property
+    def plans(self):
+        """A store's sampler: each key's KeyPlan, in ``delta_timestamps``' order."""
+        return getattr(self._batches, "plans", None)
+
+    @property
+    def epoch_steps(self):
+        """A mixture's batches an epoch (``len()``)."""
+        return getattr(self._batches, "epoch_steps", None)
+
+    @property
     def anchor(self):
         """The anchor stream (a store's sampler)."""
         return getattr(self._batches, "anchor", None)
@@ -245,13 +255,15 @@ class WindowSampler:
         return len(self._batches)
 
     def __iter__(self):
+        """The batches of the epoch ``set_epoch`` last set when the first is
+        asked for."""
         if torch.utils.data.get_worker_info() is not None:
             raise RuntimeError(
                 f"{_WHERE} is iterated inside a DataLoader worker, where every worker would "
                 "draw every batch. Iterate the sampler itself in the training loop: it cuts "
                 "each batch on the device (docs/data.md, 'WindowSampler')"
             )
-        return self._batches.epoch(self.epoch)
+        yield from self._batches.epoch(self.epoch)
 
     # -- one batch -------------------------------------------------------------------
 

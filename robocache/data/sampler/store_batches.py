@@ -178,13 +178,13 @@ class StoreBatches:
             # This iteration feeds the graphs through the cursor; another one
             # started later takes it over, and this one then feeds them indices.
             user = self._cursor_user = object()
-            last = anchors.numel() - (count - 1) * B
+            last = B if self.drop_last else anchors.numel() - (count - 1) * B
             rings = [self._cursor_ring(B)] * (count - 1) + [self._cursor_ring(last)]
             cursor = self.cursor
 
             def make(i):
-                if self._cursor_user is not user:
-                    return self.batch_at(anchors[i * B : (i + 1) * B])
+                if self._cursor_user is not user:  # cut without a graph, whose inputs it shares
+                    return self.batch(anchors[i * B : (i + 1) * B])
                 if i == 0:
                     cursor.load(anchors)
                 return rings[i]()

@@ -106,7 +106,7 @@ def test_on_the_gpu_pack_none_packs_and_replays_graphs(stores):
         x, y = auto.batch_at_step(step), apart.batch_at_step(step)
         for key in x:
             torch.testing.assert_close(x[key], y[key], rtol=1e-6, atol=1e-6, msg=key)
-    batches = list(auto)  # prefetched on the sampler's CUDA stream
+    batches = list(auto)  # replayed from the graphs, fed by the cursor
     assert len(batches) == len(auto) and batches[0]["action"].is_cuda
     torch.testing.assert_close(batches[1]["action"], apart.batch_at_step(1)["action"])
 

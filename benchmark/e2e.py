@@ -73,6 +73,7 @@ from benchmark.e2e_measure import (
     markdown,
     nvml_utilisation,
     plot,
+    sampler_batches,
     timed,
 )
 from benchmark.e2e_policies import DiffusionLike, SmallPolicy
@@ -207,7 +208,7 @@ def run(args, ranks, parser):
             )  # fmt: skip
 
         def robocache_batches():
-            batches = data.sampler_batches(make_sampler(cuda_graph=args.cuda_graph or None))
+            batches = sampler_batches(make_sampler(cuda_graph=args.cuda_graph or None))
             return (adapt(b) for b in batches) if adapt else batches
 
         staged = make_sampler().batch_at(torch.arange(args.batch_size, device=device))

@@ -186,14 +186,6 @@ def loader_batches(dataset, workers, batch_size, device, uint8_cameras=(), adapt
             yield adapt(batch) if adapt else batch
 
 
-def sampler_batches(sampler):
-    epoch = 0
-    while True:
-        sampler.set_epoch(epoch)
-        yield from sampler
-        epoch += 1
-
-
 # -- the multi-rate robot logs ------------------------------------------------------
 
 CAMERA, JOINTS, FORCE, TORQUE = (

@@ -79,6 +79,15 @@ def busy_fraction(step, batches, device, steps):
     return min(1.0, busy * 1e-6 / wall)
 
 
+def sampler_batches(sampler):
+    """A sampler's batches, epoch after epoch, without end."""
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        yield from sampler
+        epoch += 1
+
+
 def timed(step, batches, device, warmup, steps, repeats=3, budget_s=float("inf")):
     """The step time and the host's wait for the next batch, each the median
     over `repeats` runs of the mean over `steps` steps; a run stops early

@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from benchmark.e2e_measure import sampler_batches
 from robocache.data import Augment, EpisodeStore, Mixture, WindowSampler
 
 FPS = 30
@@ -49,18 +50,10 @@ def _store(episodes, length, size, seed=0, **kw):
     )
 
 
-def _endless(sampler):
-    epoch = 0
-    while True:
-        sampler.set_epoch(epoch)
-        yield from sampler
-        epoch += 1
-
-
 def host_seconds(sampler, batches, rounds, device, busy):
     """(process CPU s, wall s) a batch: the medians over ``rounds`` loops of
     ``batches`` batches, after a warm-up that captures any graphs."""
-    it = _endless(sampler)
+    it = sampler_batches(sampler)
     batch = None
     for _ in range(4):
         batch = next(it)

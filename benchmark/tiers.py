@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 import robocache
-from benchmark.e2e_measure import data_path_alone, host_memory_bytes, timed
+from benchmark.e2e_measure import data_path_alone, host_memory_bytes, sampler_batches, timed
 from benchmark.e2e_policies import DiffusionLike, SmallPolicy
 from robocache.bench.timing import per_batch_seconds
 from robocache.data import EpisodeStore, WindowSampler
@@ -166,11 +166,7 @@ def measure(args, folder, tier, policy_name, device, say):
             store, DELTAS, batch_size=batch_size, images="float_chw", device=device, seed=1,
             prefetch=args.prefetch,
         )  # fmt: skip
-        epoch = 0
-        while True:
-            sampler.set_epoch(epoch)
-            yield from sampler
-            epoch += 1
+        return sampler_batches(sampler)
 
     staged = next(batches())
     staged = {k: v.clone() for k, v in staged.items()}

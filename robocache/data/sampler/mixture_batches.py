@@ -18,7 +18,7 @@ import torch
 
 from .draws import Draws, step_base
 from .packed_mixture import PackedMixture, packable, packed_nbytes
-from .pipeline import SideStream
+from .pipeline import batch_stream
 from .plan import masked_to
 from .store_batches import StoreBatches
 
@@ -104,8 +104,7 @@ class MixtureBatches:
         self.packed = None
         packs = self._packs()
         self.prefetch = self._prefetch(options.prefetch, packs)
-        on_gpu = self.device.type == "cuda"
-        self.side = SideStream(self.device, self.prefetch) if on_gpu and self.prefetch else None
+        self.stream = batch_stream(self.device, self.prefetch)
         if packs:
             self.packed = PackedMixture(self, delta_timestamps, options)
         self._cursor_user = None
@@ -189,11 +188,7 @@ class MixtureBatches:
             def make(i):
                 return self.batch_at_step(steps[i])
 
-        if self.side is None:
-            for i in range(len(steps)):
-                yield make(i)
-        else:
-            yield from self.side.run(make, range(len(steps)))
+        yield from self.stream.run(make, range(len(steps)))
 
     def draws(self, step):
         """(store of each window (B,), anchor position of each window within

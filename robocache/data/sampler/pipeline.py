@@ -15,6 +15,20 @@ from collections import deque
 import torch
 
 
+class CallerStream:
+    """Batches made when asked for, on the caller's stream (``prefetch=0``)."""
+
+    def run(self, make_batch, items):
+        for item in items:
+            yield make_batch(item)
+
+
+def batch_stream(device, depth):
+    """Where a sampler makes its batches: ahead on a side stream (``depth``
+    batches), or on the caller's stream (0)."""
+    return SideStream(device, depth) if depth else CallerStream()
+
+
 class SideStream:
     """A sampler's CUDA stream and the events that order it with the caller's."""
 

@@ -4,7 +4,7 @@ tolerances, normalisation, image form, and where the store keeps it),
 checked against the store."""
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -111,13 +111,11 @@ def check_options(**given):
             f"{_WHERE}: decoding must be a robocache.data.frames.FrameDecoding; got "
             f"{type(decoding).__name__}"
         )
-    return Options(
-        **{
-            **options.__dict__,
-            "batch_size": positive_int(options.batch_size, "batch_size"),
-            "drop_n_last_frames": int(n),
-            "decoding": decoding,
-        }
+    return replace(
+        options,
+        batch_size=positive_int(options.batch_size, "batch_size"),
+        drop_n_last_frames=int(n),
+        decoding=decoding,
     )
 
 

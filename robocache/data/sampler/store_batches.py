@@ -12,11 +12,12 @@ costs the host one graph launch."""
 import torch
 
 from .._device import resolve_device
+from ..augment import KeyAugmentation
 from ..time import ns_to_seconds
 from . import order
 from .cut import WindowCut
 from .graphs import COUNTS_REFERENCES, BatchGraphs, check_graph_options
-from .pipeline import SideStream
+from .pipeline import batch_stream
 from .plan import plan_keys
 from .read import Reader, Rows
 from .transform import Transform
@@ -31,8 +32,6 @@ class StoreBatches:
     mixture's stores each have their own)."""
 
     def __init__(self, store, delta_timestamps, options, salt=""):
-        from ..augment import KeyAugmentation
-
         self.store, self.options = store, options
         self.rank, self.world_size = order.resolve_ranks(options.rank, options.world_size, store)
         device = resolve_device(options.device, _WHERE)
@@ -58,7 +57,7 @@ class StoreBatches:
         )  # fmt: skip
         on_gpu = self.anchors.is_cuda and self.device.type == "cuda"
         self.prefetch = self._prefetch(options.prefetch, on_gpu)
-        self.side = SideStream(self.device, self.prefetch) if self.prefetch else None
+        self.stream = batch_stream(self.device, self.prefetch)
         self.graphs = self._graphs(options, on_gpu)
         if self.graphs is not None:
             self.cursor = order.StepCursor(self._per_rank, self.batch_size, self.device)
@@ -200,11 +199,7 @@ class StoreBatches:
                 return self.batch(parts[i], rows, step=first_step + i)
 
         try:
-            if self.side is None:
-                for i in range(count):
-                    yield make(i)
-            else:
-                yield from self.side.run(make, range(count))
+            yield from self.stream.run(make, range(count))
         finally:
             if reader is not None:
                 reader.close()

@@ -259,7 +259,7 @@ def test_pinned_batches_are_drawn_without_a_host_sync_and_replay_from_graphs(tmp
     store.save(tmp_path)
     placed = EpisodeStore.load(tmp_path, placement={"observation.images.*": "pinned", "*": "cuda"})
     sampler = WindowSampler(placed, DELTAS, modes=MODES, batch_size=6, seed=2)
-    assert sampler.graphs is not None and sampler.prefetch == 1
+    assert sampler.graphs is not None and sampler.prefetch == 0
     eager = WindowSampler(placed, DELTAS, modes=MODES, batch_size=6, seed=2, cuda_graph=False)
     expected = [{k: v.clone() for k, v in b.items()} for b in eager]
     next(iter(sampler))  # the graphs are captured outside the sync check

@@ -48,13 +48,13 @@ def test_on_the_host_nothing_is_prefetched_or_graphed():
 
 
 @requires_cuda
-def test_defaults_graph_every_gpu_store_and_prefetch_only_reads_from_host_memory():
+def test_defaults_graph_every_gpu_store_and_prefetch_only_batches_made_on_the_host():
     store = make_store()
     gpu = WindowSampler(store.to("cuda"), DELTAS, batch_size=4)
     assert gpu.prefetch == 0 and gpu.graphs is not None
     pinned = store.place({"cam": "pinned", "*": "cuda"})
-    assert WindowSampler(pinned, DELTAS, batch_size=4).prefetch == 1
-    assert WindowSampler(pinned, DELTAS, batch_size=4, prefetch=0).prefetch == 0
+    assert WindowSampler(pinned, DELTAS, batch_size=4).prefetch == 0
+    assert WindowSampler(pinned, DELTAS, batch_size=4, prefetch=1).prefetch == 1
     mixture = Mixture([(store.to("cuda"), 0.5), (make_store(seed=1).to("cuda"), 0.5)])
     packed = WindowSampler(mixture, DELTAS, batch_size=4)
     assert packed.packed and packed.prefetch == 0 and packed.graphs is not None
@@ -107,11 +107,11 @@ def test_a_batch_kept_while_the_next_are_drawn_never_changes():
 @requires_cuda
 def test_default_batches_are_drawn_without_a_host_sync_from_the_first():
     """A new sampler's first epoch (its graphs captured then), for a store on
-    the GPU, a pinned one (prefetched) and a packed mixture."""
+    the GPU, a pinned one (prefetched on the side stream) and a packed mixture."""
     store = make_store()
     samplers = [
         WindowSampler(store.to("cuda"), DELTAS, batch_size=4),
-        WindowSampler(store.place({"cam": "pinned", "*": "cuda"}), DELTAS, batch_size=4),
+        WindowSampler(store.place({"cam": "pinned", "*": "cuda"}), DELTAS, batch_size=4, prefetch=1),
         WindowSampler(
             Mixture([(store.to("cuda"), 0.7), (make_store(seed=1).to("cuda"), 0.3)]),
             DELTAS,
@@ -121,7 +121,7 @@ def test_default_batches_are_drawn_without_a_host_sync_from_the_first():
     expected = [cloned(s) for s in samplers]  # a first epoch, outside the check
     fresh = [
         WindowSampler(store.to("cuda"), DELTAS, batch_size=4),
-        WindowSampler(store.place({"cam": "pinned", "*": "cuda"}), DELTAS, batch_size=4),
+        WindowSampler(store.place({"cam": "pinned", "*": "cuda"}), DELTAS, batch_size=4, prefetch=1),
         WindowSampler(samplers[2].mixture, DELTAS, batch_size=4),
     ]
     torch.cuda.synchronize()

@@ -113,14 +113,16 @@ class StoreBatches:
 
     def _prefetch(self, prefetch, on_gpu):
         """Batches made ahead on a side stream: as asked where the batches
-        are cut on the GPU; by default only where a key is read from host
-        memory (a pinned key's read is long, and overlaps the step), not
-        where every key is on the GPU (the cut is microseconds, and a side
-        stream's events would cost the host more than it saves)."""
+        are cut on the GPU; by default only where a key's batch is made on
+        the host (read from the file, or decoded), whose copy then overlaps
+        the step. Not where every key is on the GPU or pinned: their cut is
+        one kernel, and a side stream's events cost the host more than the
+        overlap saves the step."""
         if not on_gpu:
             return 0
         if prefetch is None:
-            return 1 if any(p.place != "cuda" for p in self.plans) else 0
+            made_on_host = any(p.encoded or p.place not in ("cuda", "pinned") for p in self.plans)
+            return 1 if made_on_host else 0
         return prefetch
 
     def _graphs(self, options, on_gpu):

@@ -111,7 +111,9 @@ def test_default_batches_are_drawn_without_a_host_sync_from_the_first():
     store = make_store()
     samplers = [
         WindowSampler(store.to("cuda"), DELTAS, batch_size=4),
-        WindowSampler(store.place({"cam": "pinned", "*": "cuda"}), DELTAS, batch_size=4, prefetch=1),
+        WindowSampler(
+            store.place({"cam": "pinned", "*": "cuda"}), DELTAS, batch_size=4, prefetch=1
+        ),
         WindowSampler(
             Mixture([(store.to("cuda"), 0.7), (make_store(seed=1).to("cuda"), 0.3)]),
             DELTAS,
@@ -121,7 +123,9 @@ def test_default_batches_are_drawn_without_a_host_sync_from_the_first():
     expected = [cloned(s) for s in samplers]  # a first epoch, outside the check
     fresh = [
         WindowSampler(store.to("cuda"), DELTAS, batch_size=4),
-        WindowSampler(store.place({"cam": "pinned", "*": "cuda"}), DELTAS, batch_size=4, prefetch=1),
+        WindowSampler(
+            store.place({"cam": "pinned", "*": "cuda"}), DELTAS, batch_size=4, prefetch=1
+        ),
         WindowSampler(samplers[2].mixture, DELTAS, batch_size=4),
     ]
     torch.cuda.synchronize()

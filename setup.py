@@ -11,6 +11,9 @@ Environment:
                         nvidia-cutlass package, else the headers of
                         CUTLASS_REQUIREMENT, which the build fetches with pip
                         into build/ (once)
+  NVIMGCODEC_INCLUDE_DIR  nvImageCodec's C API header (the GPU frame decoder);
+                        default: an installed nvidia-nvimgcodec-cu13, else the
+                        headers of NVIMGCODEC_REQUIREMENT, fetched the same way
   MAX_JOBS              parallel compile jobs (ninja)
 
 Install with ``pip install --no-build-isolation .`` into an environment that
@@ -63,7 +66,23 @@ ISOLATED_BUILD_MARKERS = ("pip-build-env-", "build-env-")
 # CUTLASS headers of this release of the nvidia-cutlass package (fetched by the
 # build when not installed).
 CUTLASS_REQUIREMENT = "nvidia-cutlass==4.2.0.0"
-CUTLASS_HEADERS_IN_WHEEL = "cutlass_library/source/include"
+CUTLASS_HEADERS = (
+    "CUTLASS",
+    CUTLASS_REQUIREMENT,
+    "cutlass_library/source/include",
+    "cutlass/numeric_conversion.h",
+    "CUTLASS_INCLUDE_DIR",
+)
+# The GPU frame decoder's: nvImageCodec's C API header, of the release that
+# the nvimgcodec extra installs (fetched by the build when not installed).
+NVIMGCODEC_REQUIREMENT = "nvidia-nvimgcodec-cu13==0.9.0.20"
+NVIMGCODEC_HEADERS = (
+    "nvImageCodec",
+    NVIMGCODEC_REQUIREMENT,
+    "nvidia/nvimgcodec/include",
+    "nvimgcodec.h",
+    "NVIMGCODEC_INCLUDE_DIR",
+)
 # What the package needs besides its torch; the lower bounds are the versions
 # CI's oldest leg tests (.ci/oldest.txt).
 RUNTIME_REQUIREMENTS = ["numpy>=1.26.4", "safetensors>=0.4.3", "tqdm>=4.66.1"]
@@ -202,43 +221,57 @@ def _with_cuda():
 def _cutlass_include():
     """The CUTLASS headers: CUTLASS_INCLUDE_DIR, else an installed nvidia-cutlass,
     else CUTLASS_REQUIREMENT's headers, fetched once into build/."""
-    path = os.environ.get("CUTLASS_INCLUDE_DIR")
-    if not path:
-        try:
-            dist = metadata.distribution("nvidia-cutlass")
-            path = str(dist.locate_file(CUTLASS_HEADERS_IN_WHEEL))
-        except metadata.PackageNotFoundError:
-            path = _fetched_cutlass_include()
-    if not os.path.exists(os.path.join(path, "cutlass", "numeric_conversion.h")):
-        raise RuntimeError(f"no CUTLASS headers under {path} (cutlass/numeric_conversion.h)")
-    return path
+    return _wheel_headers(*CUTLASS_HEADERS)
 
 
 def _fetched_cutlass_include():
-    """Downloads the CUTLASS_REQUIREMENT wheel with pip (the user's index
-    settings apply) and unpacks its headers only, into build/cutlass/."""
-    version = CUTLASS_REQUIREMENT.split("==")[1]
-    dest = os.path.join(ROOT, "build", f"cutlass-{version}")
+    return _fetched_headers(*CUTLASS_HEADERS)
+
+
+def _nvimgcodec_include():
+    """nvImageCodec's C API header (the GPU frame decoder compiles against it
+    and loads the library at run time, from the optional extra):
+    NVIMGCODEC_INCLUDE_DIR, else an installed nvidia-nvimgcodec-cu13, else
+    NVIMGCODEC_REQUIREMENT's headers, fetched once into build/."""
+    return _wheel_headers(*NVIMGCODEC_HEADERS)
+
+
+def _wheel_headers(name, requirement, in_wheel, marker, variable):
+    path = os.environ.get(variable)
+    if not path:
+        try:
+            dist = metadata.distribution(requirement.split("==")[0])
+            path = str(dist.locate_file(in_wheel))
+        except metadata.PackageNotFoundError:
+            path = _fetched_headers(name, requirement, in_wheel, marker, variable)
+    if not os.path.exists(os.path.join(path, marker)):
+        raise RuntimeError(f"no {name} headers under {path} ({marker})")
+    return path
+
+
+def _fetched_headers(name, requirement, in_wheel, marker, variable):
+    """Downloads the `requirement` wheel with pip (the user's index settings
+    apply) and unpacks its headers only, into build/<name>-<version>/."""
+    version = requirement.split("==")[1]
+    dest = os.path.join(ROOT, "build", f"{name.lower()}-{version}")
     include = os.path.join(dest, "include")
-    if os.path.exists(os.path.join(include, "cutlass", "numeric_conversion.h")):
+    if os.path.exists(os.path.join(include, marker)):
         return include
-    print(
-        f"robocache: fetching the CUTLASS headers ({CUTLASS_REQUIREMENT}) into {dest}", flush=True
-    )
+    print(f"robocache: fetching the {name} headers ({requirement}) into {dest}", flush=True)
     with tempfile.TemporaryDirectory() as download:
         command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
-        command += ["--only-binary=:all:", "-d", download, CUTLASS_REQUIREMENT]
+        command += ["--only-binary=:all:", "-d", download, requirement]
         result = subprocess.run(command, capture_output=True, text=True)
         wheels = [f for f in os.listdir(download) if f.endswith(".whl")]
         if result.returncode != 0 or len(wheels) != 1:
             said = (result.stderr or result.stdout).strip().splitlines()
             raise RuntimeError(
-                f"robocache's CUDA kernels compile with the CUTLASS headers of {CUTLASS_REQUIREMENT}, "
+                f"robocache's CUDA build compiles with the {name} headers of {requirement}, "
                 f"and fetching them with pip failed ({said[-1] if said else 'no wheel'}). "
-                f"Install them (pip install --no-deps {CUTLASS_REQUIREMENT}) or set "
-                "CUTLASS_INCLUDE_DIR to a CUTLASS include folder, then build again."
+                f"Install them (pip install --no-deps {requirement}) or set "
+                f"{variable} to a {name} include folder, then build again."
             )
-        prefix = CUTLASS_HEADERS_IN_WHEEL + "/"
+        prefix = in_wheel + "/"
         unpacking = dest + ".partial"
         with zipfile.ZipFile(os.path.join(download, wheels[0])) as wheel:
             for member in wheel.namelist():
@@ -273,10 +306,10 @@ class BuildExt(BuildExtension if torch is not None else build_ext):
     def run(self):
         _check_before_building()
         if WITH_CUDA:
-            cutlass = _cutlass_include()
-            for ext in self.extensions:
-                if cutlass not in ext.include_dirs:
-                    ext.include_dirs.append(cutlass)
+            for headers in (_cutlass_include(), _nvimgcodec_include()):
+                for ext in self.extensions:
+                    if headers not in ext.include_dirs:
+                        ext.include_dirs.append(headers)
         super().run()
         for ext in self.extensions:
             out_dir = os.path.dirname(self.get_ext_fullpath(ext.name))
@@ -307,6 +340,7 @@ def _extension(with_cuda):
 
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
     sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
+    sources += sorted(glob.glob(os.path.join("csrc", "decoders", "*.cpp")))
     nvcc_flags = [
         "-O3",
         "-lineinfo",

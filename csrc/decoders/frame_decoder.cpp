@@ -1,0 +1,317 @@
+#include "frame_decoder.h"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <robocache/error.h>
+
+#include <cmath>
+
+namespace robocache::decoders {
+namespace {
+
+template <typename T>
+T described(nvimgcodecStructureType_t type) {
+  T value{};
+  value.struct_type = type;
+  value.struct_size = sizeof(T);
+  value.struct_next = nullptr;
+  return value;
+}
+
+void check(const NvImgCodec&, nvimgcodecStatus_t status, const char* what) {
+  ROBOCACHE_CHECK(status == NVIMGCODEC_STATUS_SUCCESS, "robocache: nvImageCodec's ", what,
+                  " failed: ", status_name(status));
+}
+
+// The output image of one frame: interleaved RGB or grey uint8, pitch-linear
+// in device memory.
+nvimgcodecImageInfo_t output_info(const FrameTarget& frame, cudaStream_t cuda_stream) {
+  auto info = described<nvimgcodecImageInfo_t>(NVIMGCODEC_STRUCTURE_TYPE_IMAGE_INFO);
+  bool grey = frame.channels == 1;
+  info.color_spec = grey ? NVIMGCODEC_COLORSPEC_GRAY : NVIMGCODEC_COLORSPEC_SRGB;
+  info.chroma_subsampling = grey ? NVIMGCODEC_SAMPLING_GRAY : NVIMGCODEC_SAMPLING_444;
+  info.sample_format = grey ? NVIMGCODEC_SAMPLEFORMAT_I_Y : NVIMGCODEC_SAMPLEFORMAT_I_RGB;
+  info.orientation = described<nvimgcodecOrientation_t>(NVIMGCODEC_STRUCTURE_TYPE_ORIENTATION);
+  info.num_planes = 1;
+  auto& plane = info.plane_info[0];
+  plane = described<nvimgcodecImagePlaneInfo_t>(NVIMGCODEC_STRUCTURE_TYPE_IMAGE_PLANE_INFO);
+  plane.width = static_cast<uint32_t>(frame.width);
+  plane.height = static_cast<uint32_t>(frame.height);
+  plane.num_channels = static_cast<uint32_t>(frame.channels);
+  plane.row_stride = static_cast<size_t>(frame.width * frame.channels);
+  plane.sample_type = NVIMGCODEC_SAMPLE_DATA_TYPE_UINT8;
+  plane.precision = 0;
+  info.buffer = frame.out;
+  info.buffer_kind = NVIMGCODEC_IMAGE_BUFFER_KIND_STRIDED_DEVICE;
+  info.cuda_stream = cuda_stream;
+  return info;
+}
+
+}  // namespace
+
+FrameDecoder::FrameDecoder(std::string library, int64_t device, double hardware_share,
+                           int64_t cpu_threads, std::string options)
+    : api_(NvImgCodec::load(library)),
+      library_(library),
+      options_(options),
+      device_(device),
+      hardware_share_(hardware_share),
+      cpu_threads_(cpu_threads) {
+  ROBOCACHE_CHECK_VALUE(hardware_share >= 0.0 && hardware_share <= 1.0,
+                        "FrameDecoder: hardware_share must be in [0, 1]; got ", hardware_share);
+  ROBOCACHE_CHECK_VALUE(cpu_threads >= 0, "FrameDecoder: cpu_threads must be >= 0; got ",
+                        cpu_threads);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  auto create =
+      described<nvimgcodecInstanceCreateInfo_t>(NVIMGCODEC_STRUCTURE_TYPE_INSTANCE_CREATE_INFO);
+  create.load_builtin_modules = 1;
+  create.load_extension_modules = 1;  // the nvJPEG extension, beside the library
+  check(api_, api_.InstanceCreate(&instance_, &create), "instance creation");
+  uses_hardware_ = hardware_share > 0.0;
+  try {
+    decoder_ = make_decoder(uses_hardware_, true);
+    if (uses_hardware_ && hardware_share < 1.0) {
+      cuda_decoder_ = make_decoder(false, true);
+    }
+  } catch (...) {
+    if (decoder_ != nullptr) {
+      api_.DecoderDestroy(decoder_);
+    }
+    api_.InstanceDestroy(instance_);
+    throw;
+  }
+}
+
+nvimgcodecDecoder_t FrameDecoder::make_decoder(bool hardware, bool cuda) {
+  // The hardware engines take every frame they are given; nvJPEG's CUDA
+  // decoder (nvImageCodec's hybrid backend: headers and Huffman on the host,
+  // the rest in CUDA kernels) takes every frame they cannot decode.
+  std::vector<nvimgcodecBackend_t> backends;
+  auto backend = [&](nvimgcodecBackendKind_t kind) {
+    auto b = described<nvimgcodecBackend_t>(NVIMGCODEC_STRUCTURE_TYPE_BACKEND);
+    b.kind = kind;
+    b.params = described<nvimgcodecBackendParams_t>(NVIMGCODEC_STRUCTURE_TYPE_BACKEND_PARAMS);
+    b.params.load_hint = 1.0f;
+    b.params.load_hint_policy = NVIMGCODEC_LOAD_HINT_POLICY_IGNORE;
+    backends.push_back(b);
+  };
+  if (hardware) {
+    backend(NVIMGCODEC_BACKEND_KIND_HW_GPU_ONLY);
+  }
+  if (cuda) {
+    backend(NVIMGCODEC_BACKEND_KIND_HYBRID_CPU_GPU);
+  }
+  auto exec = described<nvimgcodecExecutionParams_t>(NVIMGCODEC_STRUCTURE_TYPE_EXECUTION_PARAMS);
+  exec.device_id = static_cast<int>(device_);
+  exec.max_num_cpu_threads = static_cast<int>(cpu_threads_);
+  exec.pre_init = 1;
+  exec.num_backends = static_cast<int>(backends.size());
+  exec.backends = backends.data();
+  nvimgcodecDecoder_t decoder = nullptr;
+  check(
+      api_,
+      api_.DecoderCreate(instance_, &decoder, &exec, options_.empty() ? nullptr : options_.c_str()),
+      "decoder creation");
+  return decoder;
+}
+
+c10::intrusive_ptr<FrameDecoder> FrameDecoder::sibling(int64_t i) {
+  ROBOCACHE_CHECK_VALUE(i >= 0, "FrameDecoder.sibling: i must be >= 0; got ", i);
+  if (i == 0) {
+    return c10::intrusive_ptr<FrameDecoder>::reclaim_copy(this);
+  }
+  std::lock_guard<std::mutex> lock(siblings_mutex_);
+  while (static_cast<int64_t>(siblings_.size()) < i) {
+    siblings_.push_back(c10::make_intrusive<FrameDecoder>(library_, device_, hardware_share_,
+                                                          cpu_threads_, options_));
+  }
+  return siblings_[i - 1];
+}
+
+FrameDecoder::~FrameDecoder() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto image : images_) {
+    api_.ImageDestroy(image);
+  }
+  for (auto code_stream : code_streams_) {
+    api_.CodeStreamDestroy(code_stream);
+  }
+  if (decoder_ != nullptr) {
+    api_.DecoderDestroy(decoder_);
+  }
+  if (cuda_decoder_ != nullptr) {
+    api_.DecoderDestroy(cuda_decoder_);
+  }
+  if (instance_ != nullptr) {
+    api_.InstanceDestroy(instance_);
+  }
+}
+
+FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStream_t cuda_stream) {
+  FrameFailure failure;
+  const size_t n = frames.size();
+  if (n == 0) {
+    return failure;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  while (code_streams_.size() < n) {
+    code_streams_.push_back(nullptr);
+    images_.push_back(nullptr);
+  }
+  // Handles are re-pointed in place: no allocation per frame once warm.
+  for (size_t i = 0; i < n; ++i) {
+    const FrameTarget& frame = frames[i];
+    auto status = api_.CodeStreamCreateFromHostMem(instance_, &code_streams_[i], frame.data,
+                                                   frame.size, nullptr);
+    if (status != NVIMGCODEC_STATUS_SUCCESS) {
+      return {static_cast<int64_t>(i),
+              message("not an image nvImageCodec reads (", status_name(status), ")")};
+    }
+    auto found = described<nvimgcodecImageInfo_t>(NVIMGCODEC_STRUCTURE_TYPE_IMAGE_INFO);
+    status = api_.CodeStreamGetImageInfo(code_streams_[i], &found);
+    if (status != NVIMGCODEC_STATUS_SUCCESS) {
+      return {static_cast<int64_t>(i),
+              message("its header does not parse (", status_name(status), ")")};
+    }
+    if (found.plane_info[0].height != frame.height || found.plane_info[0].width != frame.width) {
+      return {static_cast<int64_t>(i),
+              message("the image is ", found.plane_info[0].height, "x", found.plane_info[0].width,
+                      "; the stream's frames are ", frame.height, "x", frame.width)};
+    }
+    auto info = output_info(frame, cuda_stream);
+    check(api_, api_.ImageCreate(instance_, &images_[i], &info), "image creation");
+  }
+  auto params = described<nvimgcodecDecodeParams_t>(NVIMGCODEC_STRUCTURE_TYPE_DECODE_PARAMS);
+  params.apply_exif_orientation = 0;  // the pixels as stored, as the host decoders give them
+  // (decoder, first frame, end): the engines' share first, both submitted
+  // before either is waited for.
+  struct Part {
+    nvimgcodecDecoder_t decoder;
+    size_t begin, end;
+    nvimgcodecFuture_t future;
+  };
+  std::vector<Part> parts;
+  if (cuda_decoder_ != nullptr) {
+    size_t split = static_cast<size_t>(std::llround(hardware_share_ * static_cast<double>(n)));
+    if (split > 0) {
+      parts.push_back({decoder_, 0, split, nullptr});
+    }
+    if (split < n) {
+      parts.push_back({cuda_decoder_, split, n, nullptr});
+    }
+  } else {
+    parts.push_back({decoder_, 0, n, nullptr});
+  }
+  nvimgcodecStatus_t submitted = NVIMGCODEC_STATUS_SUCCESS;
+  for (auto& part : parts) {
+    submitted = api_.DecoderDecode(part.decoder, code_streams_.data() + part.begin,
+                                   images_.data() + part.begin,
+                                   static_cast<int>(part.end - part.begin), &params, &part.future);
+    if (submitted != NVIMGCODEC_STATUS_SUCCESS) {
+      break;
+    }
+  }
+  statuses_.assign(n, NVIMGCODEC_PROCESSING_STATUS_UNKNOWN);
+  nvimgcodecStatus_t waited = NVIMGCODEC_STATUS_SUCCESS;
+  for (auto& part : parts) {
+    if (part.future == nullptr) {
+      continue;
+    }
+    auto w = api_.FutureWaitForAll(part.future);
+    size_t reported = 0;
+    auto got =
+        api_.FutureGetProcessingStatus(part.future, statuses_.data() + part.begin, &reported);
+    api_.FutureDestroy(part.future);
+    if (w != NVIMGCODEC_STATUS_SUCCESS) {
+      waited = w;
+    } else if (got != NVIMGCODEC_STATUS_SUCCESS) {
+      waited = got;
+    }
+  }
+  check(api_, submitted, "decode");
+  check(api_, waited, "wait for a decode");
+  for (size_t i = 0; i < n; ++i) {
+    if (statuses_[i] != NVIMGCODEC_PROCESSING_STATUS_SUCCESS) {
+      failure = {static_cast<int64_t>(i),
+                 message("nvImageCodec: ", processing_status_name(statuses_[i]))};
+      break;
+    }
+  }
+  if (failure.index >= 0 && uses_hardware_) {
+    // After a frame the engines could not decode, a decoder hands later
+    // batches to the CUDA decoder, whose pixels differ: new decoders
+    // give the engines every frame again.
+    api_.DecoderDestroy(decoder_);
+    decoder_ = nullptr;
+    decoder_ = make_decoder(true, true);
+    if (cuda_decoder_ != nullptr) {
+      api_.DecoderDestroy(cuda_decoder_);
+      cuda_decoder_ = nullptr;
+      cuda_decoder_ = make_decoder(false, true);
+    }
+  }
+  return failure;
+}
+
+void check_encoded(const at::Tensor& values, const at::Tensor& byte_offsets, const char* where) {
+  ROBOCACHE_CHECK_VALUE(values.device().is_cpu() && values.scalar_type() == at::kByte &&
+                            values.dim() == 1 && values.is_contiguous(),
+                        where,
+                        ": values must be the frames' bytes, a contiguous (n,) uint8 "
+                        "tensor in host memory; got ",
+                        values.scalar_type(), " on ", values.device());
+  ROBOCACHE_CHECK_VALUE(byte_offsets.device().is_cpu() && byte_offsets.scalar_type() == at::kLong &&
+                            byte_offsets.dim() == 1 && byte_offsets.is_contiguous() &&
+                            byte_offsets.numel() >= 1,
+                        where,
+                        ": byte_offsets must be a contiguous (N + 1,) int64 tensor in "
+                        "host memory");
+}
+
+std::tuple<int64_t, std::string> FrameDecoder::decode(at::Tensor values, at::Tensor byte_offsets,
+                                                      at::Tensor rows, at::Tensor out) {
+  check_encoded(values, byte_offsets, "FrameDecoder.decode");
+  ROBOCACHE_CHECK_VALUE(rows.device().is_cpu() && rows.scalar_type() == at::kLong &&
+                            rows.dim() == 1 && rows.is_contiguous(),
+                        "FrameDecoder.decode: rows must be a contiguous (N,) int64 host tensor");
+  ROBOCACHE_CHECK_VALUE(out.is_cuda() && out.get_device() == device_ &&
+                            out.scalar_type() == at::kByte && out.dim() == 4 &&
+                            out.is_contiguous() && out.size(0) == rows.numel() &&
+                            (out.size(3) == 1 || out.size(3) == 3),
+                        "FrameDecoder.decode: out must be a contiguous (N, H, W, C) uint8 "
+                        "tensor on cuda:",
+                        device_, " with C of 1 or 3, N = rows");
+  const int64_t frames = byte_offsets.numel() - 1;
+  const int64_t* bounds = byte_offsets.data_ptr<int64_t>();
+  const int64_t* wanted = rows.data_ptr<int64_t>();
+  const uint8_t* bytes = values.data_ptr<uint8_t>();
+  const int64_t frame_bytes = out.numel() == 0 ? 0 : out[0].numel();
+  std::vector<FrameTarget> targets;
+  targets.reserve(rows.numel());
+  for (int64_t i = 0; i < rows.numel(); ++i) {
+    int64_t row = wanted[i];
+    ROBOCACHE_CHECK_VALUE(row >= 0 && row < frames, "FrameDecoder.decode: row ", row,
+                          " is not a frame of the ", frames, " the byte offsets hold");
+    int64_t begin = bounds[row], end = bounds[row + 1];
+    ROBOCACHE_CHECK_VALUE(0 <= begin && begin <= end && end <= values.numel(),
+                          "FrameDecoder.decode: the byte offsets of row ", row,
+                          " lie outside the values");
+    targets.push_back({bytes + begin, static_cast<size_t>(end - begin),
+                       out.data_ptr<uint8_t>() + i * frame_bytes, out.size(1), out.size(2),
+                       out.size(3)});
+  }
+  auto cuda_stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+  if (uses_hardware_ && !targets.empty()) {
+    // The hardware engines write as soon as they are called, whatever the
+    // stream has queued: the work queued there (which may still use out's
+    // memory) is waited for first.
+    C10_CUDA_CHECK(cudaStreamSynchronize(cuda_stream.stream()));
+  }
+  FrameFailure failure = run(targets, cuda_stream.stream());
+  return {failure.index, failure.why};
+}
+
+}  // namespace robocache::decoders

@@ -1,0 +1,97 @@
+// A batch of JPEG frames decoded on the GPU by nvImageCodec, split between
+// the GPU's hardware JPEG engines and its CUDA decoder, into device memory
+// the caller owns: one native call a batch, no Python object per frame.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <cuda_runtime_api.h>
+#include <torch/custom_class.h>
+
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "nvimgcodec_library.h"
+
+namespace robocache::decoders {
+
+// One frame to decode: its encoded bytes in host memory, and where its
+// (height, width, channels) uint8 pixels go, in device memory.
+struct FrameTarget {
+  const uint8_t* data;
+  size_t size;
+  uint8_t* out;
+  int64_t height;
+  int64_t width;
+  int64_t channels;
+};
+
+// The first frame of a batch that did not decode (index -1: none), and why.
+struct FrameFailure {
+  int64_t index = -1;
+  std::string why;
+};
+
+class FrameDecoder : public torch::CustomClassHolder {
+ public:
+  // library: the path of libnvimgcodec.so.0; device: the CUDA device;
+  // hardware_share: the share of each batch given to the hardware engines
+  // (0: the CUDA decoder alone); cpu_threads: the decoder's host threads
+  // (0: as many as the host has cores).
+  // options: nvImageCodec's decoder options ("" for its defaults).
+  FrameDecoder(std::string library, int64_t device, double hardware_share, int64_t cpu_threads,
+               std::string options);
+  ~FrameDecoder() override;
+
+  // rows (N,) of the frames (values, byte_offsets) hold, decoded into out
+  // (N, H, W, C) uint8 on the decoder's device, ordered on its current CUDA
+  // stream (with the hardware engines, after the host waits for the work
+  // queued there). Returns (-1, "") or the first frame that did not decode
+  // and why.
+  std::tuple<int64_t, std::string> decode(at::Tensor values, at::Tensor byte_offsets,
+                                          at::Tensor rows, at::Tensor out);
+
+  // Decodes `frames` in one call, ordered on `cuda_stream`: the decode
+  // follows the work queued there before it, and work queued after it
+  // follows the decode. Waits on the host for the decoder's host work
+  // (headers, submission to the engines), never for the device.
+  FrameFailure run(const std::vector<FrameTarget>& frames, cudaStream_t cuda_stream);
+
+  // The i-th decoder of this one's settings (0: this one), made when first
+  // asked for and kept: a queue's threads each use their own.
+  c10::intrusive_ptr<FrameDecoder> sibling(int64_t i);
+
+  int64_t device() const { return device_; }
+  // Whether the hardware engines take part: they write their output as soon
+  // as they are called, ignoring the work queued on the stream they are
+  // given, so their output memory must be free on the host's word.
+  bool uses_hardware() const { return uses_hardware_; }
+
+ private:
+  nvimgcodecDecoder_t make_decoder(bool hardware, bool cuda);
+
+  const NvImgCodec& api_;
+  std::string library_, options_;
+  int64_t device_;
+  double hardware_share_;
+  int64_t cpu_threads_;
+  bool uses_hardware_ = false;
+  nvimgcodecInstance_t instance_ = nullptr;
+  // With a share strictly between 0 and 1, each batch is split here: its
+  // first frames go to the engines (and those they cannot decode to the
+  // CUDA decoder), the rest to the CUDA decoder alone, both at once.
+  nvimgcodecDecoder_t decoder_ = nullptr;
+  nvimgcodecDecoder_t cuda_decoder_ = nullptr;
+  std::mutex siblings_mutex_;
+  std::vector<c10::intrusive_ptr<FrameDecoder>> siblings_;
+  std::mutex mutex_;  // one batch at a time: the handles below are reused
+  std::vector<nvimgcodecCodeStream_t> code_streams_;
+  std::vector<nvimgcodecImage_t> images_;
+  std::vector<nvimgcodecProcessingStatus_t> statuses_;
+};
+
+// The checks both decode paths make of a stream's encoded bytes.
+void check_encoded(const at::Tensor& values, const at::Tensor& byte_offsets, const char* where);
+
+}  // namespace robocache::decoders

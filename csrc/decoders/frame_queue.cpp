@@ -1,0 +1,279 @@
+#include "frame_queue.h"
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+
+#include <robocache/error.h>
+
+namespace robocache::decoders {
+namespace {
+
+constexpr const char* kWhere = "FrameQueue";
+
+c10::DeviceIndex index_of(const FrameDecoder& decoder) {
+  return static_cast<c10::DeviceIndex>(decoder.device());
+}
+
+}  // namespace
+
+FrameQueue::FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at::Tensor> values,
+                       std::vector<at::Tensor> byte_offsets, std::vector<at::Tensor> rows,
+                       std::vector<at::Tensor> tables, std::vector<at::Tensor> positions,
+                       int64_t ahead, int64_t workers)
+    : values_(std::move(values)),
+      byte_offsets_(std::move(byte_offsets)),
+      rows_(std::move(rows)),
+      tables_(std::move(tables)),
+      positions_(std::move(positions)) {
+  const size_t keys = values_.size();
+  ROBOCACHE_CHECK_VALUE(keys >= 1 && byte_offsets_.size() == keys && rows_.size() == keys &&
+                            tables_.size() == keys && positions_.size() == keys,
+                        kWhere,
+                        ": values, byte_offsets, rows, tables and positions need one "
+                        "tensor per key, at least one key");
+  const auto device = at::Device(at::kCUDA, index_of(*decoder));
+  steps_ = rows_[0].dim() == 2 ? rows_[0].size(0) : -1;
+  slots_ = tables_[0].dim() == 5 ? tables_[0].size(0) : -1;
+  ROBOCACHE_CHECK_VALUE(slots_ >= 1, kWhere,
+                        ": tables must be (slots, M + 1, H, W, C), slots >= 1");
+  ROBOCACHE_CHECK_VALUE(ahead >= 1 && ahead <= slots_, kWhere, ": ahead must be in [1, ", slots_,
+                        "] (the slots); got ", ahead);
+  ROBOCACHE_CHECK_VALUE(workers >= 1 && workers <= ahead, kWhere, ": workers must be in [1, ",
+                        ahead, "] (ahead); got ", workers);
+  ahead_ = ahead;
+  for (int64_t w = 0; w < workers; ++w) {
+    decoders_.push_back(decoder->sibling(w));
+    // High priority: the decode's few kernels run between a busy step's.
+    work_streams_.push_back(c10::cuda::getStreamFromPool(true, device.index()));
+  }
+  decoded_.assign(std::max<int64_t>(steps_, 0), 0);
+  for (size_t k = 0; k < keys; ++k) {
+    check_encoded(values_[k], byte_offsets_[k], kWhere);
+    const auto& r = rows_[k];
+    ROBOCACHE_CHECK_VALUE(r.device().is_cpu() && r.scalar_type() == at::kLong && r.dim() == 2 &&
+                              r.is_contiguous() && r.size(0) == steps_,
+                          kWhere, ": rows[", k,
+                          "] must be a contiguous (steps, M) int64 host "
+                          "tensor with the steps of rows[0]");
+    const int64_t M = r.size(1);
+    const auto& t = tables_[k];
+    ROBOCACHE_CHECK_VALUE(t.device() == device && t.scalar_type() == at::kByte && t.dim() == 5 &&
+                              t.is_contiguous() && t.size(0) == slots_ && t.size(1) == M + 1 &&
+                              (t.size(4) == 1 || t.size(4) == 3),
+                          kWhere, ": tables[", k,
+                          "] must be a contiguous (slots, M + 1, H, W, C) "
+                          "uint8 tensor on ",
+                          device.str(), ", C of 1 or 3");
+    const auto& p = positions_[k];
+    ROBOCACHE_CHECK_VALUE(p.device() == device && p.scalar_type() == at::kLong && p.dim() == 2 &&
+                              p.is_contiguous() && p.size(0) == slots_ && p.size(1) == M,
+                          kWhere, ": positions[", k,
+                          "] must be a contiguous (slots, M) int64 "
+                          "tensor on ",
+                          device.str());
+    staged_.push_back(
+        at::empty({slots_, M}, at::TensorOptions().dtype(at::kLong).pinned_memory(true)));
+  }
+  c10::cuda::CUDAGuard guard(device);
+  // The tables may be memory the caller's stream used last: the work stream
+  // starts after it, and their memory is not reused before its work is done.
+  C10_CUDA_CHECK(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming));
+  C10_CUDA_CHECK(cudaEventRecord(start_, c10::cuda::getCurrentCUDAStream(device.index())));
+  for (const auto& work_stream : work_streams_) {
+    C10_CUDA_CHECK(cudaStreamWaitEvent(work_stream.stream(), start_, 0));
+    for (size_t k = 0; k < keys; ++k) {
+      c10::cuda::CUDACachingAllocator::recordStream(tables_[k].storage().data_ptr(), work_stream);
+      c10::cuda::CUDACachingAllocator::recordStream(positions_[k].storage().data_ptr(),
+                                                    work_stream);
+    }
+  }
+  ready_.resize(slots_);
+  released_.resize(slots_);
+  for (int64_t q = 0; q < slots_; ++q) {
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&ready_[q], cudaEventDisableTiming));
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&released_[q], cudaEventDisableTiming));
+  }
+  for (int64_t w = 0; w < workers; ++w) {
+    threads_.emplace_back([this, w] { work(w); });
+  }
+}
+
+FrameQueue::~FrameQueue() {
+  close();
+  c10::cuda::CUDAGuard guard(index_of(*decoders_[0]));
+  for (int64_t q = 0; q < slots_; ++q) {
+    // The staged positions' last copies are done before their memory goes.
+    cudaEventSynchronize(ready_[q]);
+    cudaEventDestroy(ready_[q]);
+    cudaEventDestroy(released_[q]);
+  }
+  cudaEventDestroy(start_);
+}
+
+void FrameQueue::close() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  for (auto& thread : threads_) {
+    if (thread.joinable()) {
+      thread.join();
+    }
+  }
+}
+
+void FrameQueue::work(int64_t worker) {
+  c10::cuda::CUDAGuard guard(index_of(*decoders_[worker]));
+  std::vector<FrameTarget> targets;
+  std::vector<std::pair<int64_t, int64_t>> owners;
+  const int64_t workers = static_cast<int64_t>(decoders_.size());
+  for (int64_t step = worker; step < steps_; step += workers) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(
+          lock, [&] { return stopping_ || failed_step_ >= 0 || step < released_steps_ + ahead_; });
+      if (stopping_ || (failed_step_ >= 0 && failed_step_ < step)) {
+        return;
+      }
+    }
+    bool failed = false;
+    try {
+      failed = !decode_step(step, worker, targets, owners);
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (failed_step_ < 0 || step < failed_step_) {
+        failed_step_ = step;
+        failure_ = {-1, -1, e.what()};
+      }
+      failed = true;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!failed) {
+        decoded_[step] = 1;
+      }
+    }
+    changed_.notify_all();
+    if (failed) {
+      return;
+    }
+  }
+}
+
+bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarget>& targets,
+                             std::vector<std::pair<int64_t, int64_t>>& owners) {
+  const int64_t slot = step % slots_;
+  cudaStream_t cuda_stream = work_streams_[worker].stream();
+  const auto& decoder = decoders_[worker];
+  if (step < static_cast<int64_t>(decoders_.size()) && decoder->uses_hardware()) {
+    C10_CUDA_CHECK(cudaEventSynchronize(start_));  // the tables' memory is free
+  }
+  if (step >= slots_) {
+    // The slot's last step was released on the caller's stream; its staged
+    // positions were copied (the event follows the copy). The hardware
+    // engines ignore stream order: with them this thread waits for the
+    // release itself.
+    C10_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream, released_[slot], 0));
+    if (decoder->uses_hardware()) {
+      C10_CUDA_CHECK(cudaEventSynchronize(released_[slot]));
+    }
+    C10_CUDA_CHECK(cudaEventSynchronize(ready_[slot]));
+  }
+  targets.clear();
+  owners.clear();
+  std::vector<int64_t> distinct;
+  for (size_t k = 0; k < values_.size(); ++k) {
+    const int64_t M = rows_[k].size(1);
+    const int64_t* wanted = rows_[k].data_ptr<int64_t>() + step * M;
+    distinct.assign(wanted, wanted + M);
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    distinct.erase(std::remove(distinct.begin(), distinct.end(), int64_t{0}), distinct.end());
+    int64_t* position = staged_[k].data_ptr<int64_t>() + slot * M;
+    for (int64_t m = 0; m < M; ++m) {
+      position[m] = wanted[m] == 0
+                        ? 0
+                        : 1 + (std::lower_bound(distinct.begin(), distinct.end(), wanted[m]) -
+                               distinct.begin());
+    }
+    const auto& table = tables_[k];
+    const int64_t H = table.size(2), W = table.size(3), C = table.size(4);
+    uint8_t* base = table.data_ptr<uint8_t>() + slot * table.stride(0);
+    const int64_t frames = byte_offsets_[k].numel() - 1;
+    const int64_t* bounds = byte_offsets_[k].data_ptr<int64_t>();
+    const uint8_t* bytes = values_[k].data_ptr<uint8_t>();
+    const int64_t nbytes = values_[k].numel();
+    for (size_t j = 0; j < distinct.size(); ++j) {
+      const int64_t row = distinct[j] - 1;
+      ROBOCACHE_CHECK_VALUE(row >= 0 && row < frames, kWhere, ": key ", k, ": row ", row,
+                            " is not one of its ", frames, " frames");
+      const int64_t begin = bounds[row], end = bounds[row + 1];
+      ROBOCACHE_CHECK_VALUE(0 <= begin && begin <= end && end <= nbytes, kWhere, ": key ", k,
+                            ": the byte offsets of row ", row, " lie outside its values");
+      targets.push_back({bytes + begin, static_cast<size_t>(end - begin),
+                         base + (1 + static_cast<int64_t>(j)) * table.stride(1), H, W, C});
+      owners.emplace_back(static_cast<int64_t>(k), row);
+    }
+  }
+  FrameFailure failed = decoder->run(targets, cuda_stream);
+  if (failed.index >= 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failed_step_ < 0 || step < failed_step_) {
+      failed_step_ = step;
+      failure_ = {owners[failed.index].first, owners[failed.index].second, failed.why};
+    }
+    return false;
+  }
+  for (size_t k = 0; k < values_.size(); ++k) {
+    const int64_t M = rows_[k].size(1);
+    C10_CUDA_CHECK(cudaMemcpyAsync(
+        positions_[k].data_ptr<int64_t>() + slot * M, staged_[k].data_ptr<int64_t>() + slot * M,
+        static_cast<size_t>(M) * sizeof(int64_t), cudaMemcpyHostToDevice, cuda_stream));
+  }
+  C10_CUDA_CHECK(cudaEventRecord(ready_[slot], cuda_stream));
+  return true;
+}
+
+int64_t FrameQueue::take(int64_t step) {
+  ROBOCACHE_CHECK_VALUE(step >= 0 && step < steps_, kWhere, ".take: step ", step,
+                        " is not one of the ", steps_, " steps");
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] {
+      return stopping_ || decoded_[step] || (failed_step_ >= 0 && failed_step_ <= step);
+    });
+    if (failed_step_ >= 0 && step >= failed_step_) {
+      return -1;
+    }
+    ROBOCACHE_CHECK(decoded_[step], kWhere, ".take: the queue is closed");
+  }
+  const int64_t slot = step % slots_;
+  auto cuda_stream = c10::cuda::getCurrentCUDAStream(index_of(*decoders_[0]));
+  C10_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream.stream(), ready_[slot], 0));
+  return slot;
+}
+
+void FrameQueue::release(int64_t step) {
+  const int64_t slot = step % slots_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ROBOCACHE_CHECK_VALUE(step == released_steps_ && step < steps_ && decoded_[step], kWhere,
+                          ".release: steps are released in order, each once taken; expected ",
+                          released_steps_, ", got ", step);
+    auto cuda_stream = c10::cuda::getCurrentCUDAStream(index_of(*decoders_[0]));
+    C10_CUDA_CHECK(cudaEventRecord(released_[slot], cuda_stream.stream()));
+    released_steps_ = step + 1;
+  }
+  changed_.notify_all();
+}
+
+std::tuple<int64_t, int64_t, std::string> FrameQueue::failure() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_;
+}
+
+}  // namespace robocache::decoders

@@ -1,0 +1,80 @@
+// An epoch's JPEG frames decoded ahead on native threads: for each step,
+// the distinct frames its windows read, decoded in one call into a ring of
+// device tables, with no Python and no GIL on those threads (each with its
+// own decoder and CUDA stream, taking the steps in turn, so that one
+// step's decode overlaps the next's). The caller takes
+// a step's table (ordered on its current CUDA stream by an event), gathers
+// its windows from it, and releases it for the step `slots` later.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/custom_class.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "frame_decoder.h"
+
+namespace robocache::decoders {
+
+class FrameQueue : public torch::CustomClassHolder {
+ public:
+  // For each key k: values[k] (n_k,) uint8 and byte_offsets[k] (N_k + 1,)
+  // int64, the frames' bytes in host memory; rows[k] (steps, M_k) int64
+  // host, each step's window positions as row + 1 (0: no sample);
+  // tables[k] (slots, M_k + 1, H, W, C) uint8 on the decoder's device (row
+  // 0 of each slot is zeros: the frame of "no sample"); positions[k]
+  // (slots, M_k) int64 there, where each window position's frame lies in
+  // its slot's table; ahead: the steps past the last one released that may
+  // be decoded (at most slots: the slots past it let the hardware engines,
+  // which write as soon as they are called, wait for the release of a slot
+  // the caller's stream let go of steps ago, rather than just now); workers:
+  // the threads (at most ahead).
+  FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at::Tensor> values,
+             std::vector<at::Tensor> byte_offsets, std::vector<at::Tensor> rows,
+             std::vector<at::Tensor> tables, std::vector<at::Tensor> positions, int64_t ahead,
+             int64_t workers);
+  ~FrameQueue() override;
+
+  // The slot holding `step`, ready on the current CUDA stream; -1 where
+  // that step's frames did not decode (failure() says which and why).
+  // Waits on the host only while the step is still being decoded.
+  int64_t take(int64_t step);
+  // The step's table is no longer read once the work queued on the current
+  // CUDA stream so far is done: its slot may take the step `slots` later.
+  void release(int64_t step);
+  // (key, row, why) of the frame that did not decode; (-1, -1, why) for
+  // another error.
+  std::tuple<int64_t, int64_t, std::string> failure();
+  // Stops the thread (after the step it is decoding, if any).
+  void close();
+
+ private:
+  void work(int64_t worker);
+  bool decode_step(int64_t step, int64_t worker, std::vector<FrameTarget>& targets,
+                   std::vector<std::pair<int64_t, int64_t>>& owners);
+
+  std::vector<c10::intrusive_ptr<FrameDecoder>> decoders_;  // one a worker
+  std::vector<at::Tensor> values_, byte_offsets_, rows_, tables_, positions_, staged_;
+  int64_t steps_, slots_, ahead_;
+  std::vector<c10::cuda::CUDAStream> work_streams_;  // one a worker
+  cudaEvent_t start_ = nullptr;                      // the caller's stream when the queue was made
+  std::vector<cudaEvent_t> ready_, released_;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<char> decoded_;   // each step: decoded (ready on its worker's stream)
+  int64_t released_steps_ = 0;  // steps released by the caller
+  int64_t failed_step_ = -1;
+  std::tuple<int64_t, int64_t, std::string> failure_{-1, -1, ""};
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace robocache::decoders

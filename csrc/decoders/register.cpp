@@ -1,0 +1,23 @@
+// The GPU frame decoder's classes: torch.classes.robocache.FrameDecoder and
+// torch.classes.robocache.FrameQueue (CUDA builds only).
+#include <torch/library.h>
+
+#include "frame_decoder.h"
+#include "frame_queue.h"
+
+using robocache::decoders::FrameDecoder;
+using robocache::decoders::FrameQueue;
+
+TORCH_LIBRARY_FRAGMENT(robocache, m) {
+  m.class_<FrameDecoder>("FrameDecoder")
+      .def(torch::init<std::string, int64_t, double, int64_t, std::string>())
+      .def("decode", &FrameDecoder::decode);
+  m.class_<FrameQueue>("FrameQueue")
+      .def(torch::init<c10::intrusive_ptr<FrameDecoder>, std::vector<at::Tensor>,
+                       std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>,
+                       std::vector<at::Tensor>, int64_t, int64_t>())
+      .def("take", &FrameQueue::take)
+      .def("release", &FrameQueue::release)
+      .def("failure", &FrameQueue::failure)
+      .def("close", &FrameQueue::close);
+}

@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from robocache.data import EpisodeStore, LoaderError, WindowSampler  # noqa: E402
 from robocache.data.frames import EncodedFrames, resize  # noqa: E402
 from robocache.data.frames import codec as host_codec  # noqa: E402
+from robocache.data.frames.decoders import host as host_decoder  # noqa: E402
 
 MS = 10**6
 
@@ -112,6 +113,22 @@ def test_save_load_and_shard_keep_the_bytes(tmp_path):
             assert torch.equal(batch["cam"], whole["cam"][:3])
 
 
+def test_statistics_of_frames_encoded_at_ingest_are_of_their_decoded_pixels():
+    eps = episodes(lengths=(6, 4))
+    raw = EpisodeStore.from_episodes(eps, progress=False)["cam"]
+    enc = EpisodeStore.from_episodes(eps, frames="jpeg", progress=False)["cam"]
+    decoded = stored_frames(enc).double()  # what the sampler returns
+    for name, expected in [
+        ("mean", decoded.mean(0)),
+        ("min", decoded.amin(0)),
+        ("max", decoded.amax(0)),
+    ]:
+        torch.testing.assert_close(enc.stats[name].double(), expected, rtol=0, atol=1e-4)
+    assert not torch.equal(enc.stats["max"], raw.stats["max"])  # JPEG moved the pixels
+    png = EpisodeStore.from_episodes(eps, frames="png", progress=False)["cam"]
+    assert torch.equal(png.stats["mean"], raw.stats["mean"])  # PNG keeps them
+
+
 def test_jpeg_that_arrives_as_jpeg_is_kept_byte_for_byte():
     frames = camera_frames(5, 32, 40)
     blobs = [jpeg(f.numpy(), subsampling=2, quality=80) for f in frames]
@@ -163,13 +180,13 @@ def test_each_distinct_frame_is_decoded_once_a_batch(monkeypatch):
         [{"cam": (camera_frames(n, 8, 8), t)}], frames="jpeg", progress=False
     )
     counts = []
-    decode = host_codec.decode
+    decode = host_decoder.HostDecoder.decode
 
-    def counting(images, *args, **kw):
+    def counting(self, images, *args, **kw):
         counts.append(len(images))
-        return decode(images, *args, **kw)
+        return decode(self, images, *args, **kw)
 
-    monkeypatch.setattr(host_codec, "decode", counting)
+    monkeypatch.setattr(host_decoder.HostDecoder, "decode", counting)
     sampler = WindowSampler(enc, {"cam": [-0.1, 0.0, 0.1]}, batch_size=4, shuffle=False)
     sampler.batch_at([2, 3])  # rows 1..4: four frames for six window positions
     sampler.batch_at([0, 0, 1])  # padding repeats row 0: rows 0, 1, 2
@@ -265,18 +282,18 @@ def test_host_decoders_agree_and_the_fast_idct_is_an_option(monkeypatch):
     frames = camera_frames(4, 40, 56)
     blobs = host_codec.encode(frames, "jpeg", 90)
     encoding = FrameEncoding("jpeg", (40, 56, 3), torch.uint8)
-    accurate = host_codec.decode(blobs, encoding)  # simplejpeg
-    fast = host_codec.decode(blobs, encoding, idct="fast")
+    accurate = host_decoder.decode(blobs, encoding)  # simplejpeg
+    fast = host_decoder.decode(blobs, encoding, idct="fast")
     assert torch.equal(accurate, pil_frames(blobs))  # Pillow's pixels
     assert 0 < (fast.int() - accurate.int()).abs().max() <= 8
     t = torch.arange(4) * 100 * MS
     enc = EpisodeStore.from_episodes([{"cam": (frames, t)}], frames="jpeg", progress=False)
     sampler = WindowSampler(enc, {"cam": [0.0]}, decoding=FrameDecoding(idct="fast", threads=2))
     assert torch.equal(sampler.batch_at(range(4))["cam"][:, 0], fast)
-    monkeypatch.setattr(host_codec, "_simplejpeg", lambda: None)  # Pillow alone
-    assert torch.equal(host_codec.decode(blobs, encoding), accurate)
+    monkeypatch.setattr(host_decoder, "_simplejpeg", lambda: None)  # Pillow alone
+    assert torch.equal(host_decoder.decode(blobs, encoding), accurate)
     with pytest.raises(ImportError, match="idct='fast' decodes JPEG with simplejpeg"):
-        host_codec.decode(blobs, encoding, idct="fast")
+        host_decoder.decode(blobs, encoding, idct="fast")
     with pytest.raises(ValueError, match="idct must be 'accurate' or 'fast'"):
         FrameDecoding(idct="slow")
     with pytest.raises(TypeError, match="decoding must be a robocache.data.frames.FrameDecoding"):

@@ -58,8 +58,7 @@ def test_rlds_round_trip_is_exact(tmp_path):
             ]
 
 
-def test_rlds_images_decode_with_torchvision_on_a_device(tmp_path, device):
-    pytest.importorskip("torchvision")
+def test_rlds_images_decode_onto_a_device(tmp_path, device):
     write_rlds(tmp_path)
     on_host = load_rlds(tmp_path, fps=FPS, progress=False)
     decoded = load_rlds(tmp_path, fps=FPS, progress=False, decode_on=device, device=device)
@@ -72,13 +71,10 @@ def test_rlds_images_decode_with_torchvision_on_a_device(tmp_path, device):
     "subsampling, smooth", [(0, False), (2, True)], ids=["4:4:4 noise", "4:2:0 smooth"]
 )
 def test_rlds_jpeg_decodes_on_a_device_as_pil_does(tmp_path, device, subsampling, smooth):
-    """JPEG (what RT-X datasets hold) takes torchvision's batched decode_jpeg,
-    nvJPEG on a GPU. JPEG decoders may round their inverse transforms
-    differently: pixels agree with PIL's within a few levels, and on average
-    within one. Their chroma upsampling differs too (PIL's is smoothed), so
-    4:2:0 frames are compared on camera-like frames: on pixel noise that
-    difference alone reaches tens of levels."""
-    pytest.importorskip("torchvision")
+    """JPEG (what RT-X datasets hold) decodes through the frame decoders: on a
+    GPU with the nvimgcodec extra, the hardware engines' pixels, which are
+    libjpeg-turbo's (nvJPEG's CUDA decoder, for a frame the engines cannot
+    take, is up to 3 grey levels off); else PIL's on the host."""
     write_rlds(tmp_path, encode=lambda im: jpeg(im, subsampling), smooth=smooth)
     on_host = load_rlds(tmp_path, fps=FPS, progress=False)
     decoded = load_rlds(tmp_path, fps=FPS, progress=False, decode_on=device, device=device)
@@ -87,7 +83,7 @@ def test_rlds_jpeg_decodes_on_a_device_as_pil_does(tmp_path, device, subsampling
     ours, pil = decoded[key].values.cpu(), on_host[key].values
     assert ours.shape == pil.shape and ours.dtype == torch.uint8
     diff = (ours.int() - pil.int()).abs()
-    assert diff.max() <= 8 and diff.float().mean() <= 1.0, (diff.max(), diff.float().mean())
+    assert diff.max() <= 3 and diff.float().mean() <= 0.1, (diff.max(), diff.float().mean())
     assert torch.equal(decoded[key].times.cpu(), on_host[key].times)
 
 

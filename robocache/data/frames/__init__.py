@@ -1,11 +1,12 @@
-"""Image frames: JPEG and PNG codecs (codec.py), resize at ingest
-(resize.py), and what an encoded frame stream is (encoding.py)."""
+"""Image frames: JPEG and PNG at ingest (codec.py), their decoders
+(decoders/), resize at ingest (resize.py), and what an encoded frame stream
+is (encoding.py)."""
 
+from .decoders import FrameDecoding
 from .encoding import (
     CODECS,
     FRAME_FORMS,
     EncodedFrames,
-    FrameDecoding,
     FrameEncoding,
     codec_for,
     frame_kind,

@@ -94,30 +94,3 @@ class EncodedFrames:
 
     def __len__(self):
         return len(self.images)
-
-
-@dataclass(frozen=True)
-class FrameDecoding:
-    """How a sampler decodes encoded frames, each batch.
-
-    Attributes:
-        idct: JPEG's inverse DCT: ``"accurate"`` (libjpeg-turbo's default, as
-            Pillow, torchvision and nvImageCodec decode) or ``"fast"``
-            (libjpeg's fast integer IDCT, TensorFlow's ``decode_jpeg``
-            default, with which TFDS pipelines decode: the same pixels;
-            needs simplejpeg).
-        threads: the host decoder's threads (default: the CPUs this process
-            may use, at most 16).
-    """
-
-    idct: str = "accurate"
-    threads: int = None
-
-    def __post_init__(self):
-        if self.idct not in ("accurate", "fast"):
-            raise ValueError(f"FrameDecoding: idct must be 'accurate' or 'fast'; got {self.idct!r}")
-        threads = self.threads
-        if threads is not None and (
-            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
-        ):
-            raise ValueError(f"FrameDecoding: threads must be an int >= 1; got {threads!r}")

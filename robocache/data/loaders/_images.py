@@ -13,6 +13,7 @@ import torch
 from ..errors import LoaderError
 from ..frames import CODECS, EncodedFrames, FrameEncoding
 from ..frames import codec as host_codec
+from ..frames.decoders import host as host_decoder
 from ._common import keeps_encoded
 
 _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
@@ -117,7 +118,7 @@ def compressed_stream(values, key, frames, resize, where, verify=False):
             if verify:
                 encoding = FrameEncoding(codec, kept.shape, torch.uint8)
                 try:
-                    host_codec.decode(kept.images, encoding, name=lambda i: f"message {i}")
+                    host_decoder.decode(kept.images, encoding, name=lambda i: f"message {i}")
                 except ValueError as e:
                     raise LoaderError(f"{where}: cannot decode the image: {e}") from e
             return kept

@@ -1,10 +1,13 @@
 """The image features of RLDS episodes: each step's JPEG or PNG bytes, kept
 encoded for ``from_episodes`` where the frames asked for are of their codec,
-else decoded (PIL on the host, or torchvision on a device)."""
+else decoded (on the host, or JPEG on the GPU: the frame decoders)."""
 
 import io
 
-from ..frames import EncodedFrames
+import torch
+
+from ..frames import EncodedFrames, FrameEncoding
+from ..frames.decoders import FrameDecoding, decoder_for
 from ._common import LoaderError
 from ._images import decode_images, encoded_codec
 
@@ -22,24 +25,20 @@ def image_steps(blobs, shape, keeps, decode_on, here):
 
 
 def _decode_images(blobs, shape, device, here):
-    """(n, *shape) uint8: PIL on the host, or torchvision on ``device`` (JPEG
-    with nvJPEG in one batched call; other formats decoded on the host and
-    moved), the frames staying there."""
-    if device is not None:
-        import torch
-        from torchvision.io import ImageReadMode, decode_image, decode_jpeg
-
-        mode = ImageReadMode.RGB if shape[-1] == 3 else ImageReadMode.GRAY
-        data = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
-        try:
-            if encoded_codec(blobs) == "jpeg":
-                frames = decode_jpeg(data, mode=mode, device=device)
-            else:
-                frames = [decode_image(d, mode=mode).to(device) for d in data]
-        except RuntimeError as e:
-            raise LoaderError(f"{here}: an image does not decode: {e}") from e
-        return torch.stack(frames).permute(0, 2, 3, 1).reshape(len(frames), *shape)
-    return decode_images(blobs, shape, here)
+    """(n, *shape) uint8 frames, through the frame decoders: JPEG on the GPU
+    where ``device`` is a CUDA device and the extra robocache[nvimgcodec] is
+    installed (libjpeg-turbo's pixels), else with PIL on the host; the
+    frames then on ``device`` (None: a host array)."""
+    if device is not None and encoded_codec(blobs) == "jpeg" and shape[-1] in (1, 3):
+        decoder = decoder_for(FrameDecoding(), "jpeg", device)
+        if decoder.backend == "nvimgcodec":
+            encoding = FrameEncoding("jpeg", tuple(shape), torch.uint8)
+            try:
+                return decoder.decode(blobs, encoding, name=lambda i: f"frame {i}")
+            except ValueError as e:
+                raise LoaderError(f"{here}: an image does not decode: {e}") from e
+    frames = decode_images(blobs, shape, here)
+    return frames if device is None else torch.from_numpy(frames).to(device)
 
 
 def _check_channels(blob, shape, here):

@@ -2,8 +2,8 @@
 TensorFlow: ``features.json`` for the feature shapes, and the shards
 ``<name>-<split>.tfrecord-NNNNN-of-MMMMM`` of serialized ``tf.train.Example``
 episodes (parsed with the ``tfrecord`` package's protobuf), each holding
-``steps/...`` sequences. JPEG and PNG images are decoded with PIL, or on the
-GPU with torchvision where asked.
+``steps/...`` sequences. JPEG and PNG images are decoded with PIL, or JPEG on
+the GPU where asked (robocache's frame decoders).
 
 What is checked: each TFRecord carries a masked CRC-32C of its length and one
 of its data, which the ``tfrecord`` package's reader skips; the records are
@@ -143,8 +143,9 @@ def load_rlds(
             and image feature. A string feature is loaded where named here
             (``"language_instruction"``: see below).
         split: the shards ``*-<split>.tfrecord-*``.
-        decode_on: None (PIL on the CPU) or a device for torchvision's decoder
-            (``"cuda"``), for the images that are decoded here.
+        decode_on: None (PIL on the CPU) or the device the images decoded
+            here go to: JPEG on a CUDA device decodes there where the extra
+            robocache[nvimgcodec] is installed (robocache.data.frames.decoders).
         frames: how image features are kept: ``"raw"``, ``"jpeg"`` or
             ``"png"``, or a dict key -> one of them (see
             ``EpisodeStore.from_episodes``). Images already in the codec asked

@@ -13,7 +13,8 @@
 - Encoded keys (JPEG, PNG): the cut over row numbers (``row + 1``; 0 where a
   window has no sample) picks the same rows as it would from the frames,
   with the same padding; each distinct row of a batch is decoded once, in
-  one batched call (decode.py), read ahead with the mapped keys.
+  one batched call (decode.py): on the host, read ahead with the mapped
+  keys, or on the GPU, decoded ahead by a native queue.
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -23,17 +24,19 @@ import torch
 
 from ..store.rows import reader_pool
 from .cut import rows_around
-from .decode import FrameKey
+from .decode import DecodeAhead, FrameKey
 
 
 @dataclass
 class Rows:
     """What the read readied for one batch: key position -> (values, times,
-    offsets) of a mapped key's rows, and key position -> (rows + 1, frames)
-    of an encoded key's distinct rows decoded."""
+    offsets) of a mapped key's rows; key position -> (rows + 1, frames) of
+    an encoded key's distinct rows decoded on the host; and key position ->
+    the (B, W, *shape) frames of a key decoded on the GPU."""
 
     streams: dict = field(default_factory=dict)
     frames: dict = field(default_factory=dict)
+    decoded: dict = field(default_factory=dict)
 
 
 class MappedKey:
@@ -43,14 +46,15 @@ class MappedKey:
     def __init__(self, position, plan, stream, rows):
         self.position, self.plan, self.rows = position, plan, rows
         self.times, self.offsets = stream.times.cpu(), stream.offsets.cpu()
+        self.deltas = plan.deltas.cpu()  # read on the host each batch: copied once
         self.row_numbers = torch.arange(self.times.numel()).view(-1, 1)
 
     def rows_read(self, index, anchor, edge_tolerance):
         """The sorted rows a batch anchored at ``index`` reads from this key."""
         plan = self.plan
-        shifts = [plan.deltas.cpu()]
+        shifts = [self.deltas]
         if plan.mode == "mean":
-            shifts.append(plan.deltas.cpu() - plan.interval)
+            shifts.append(self.deltas - plan.interval)
         found = []
         for deltas in shifts:
             # "previous" over the row numbers: the row at or before each query
@@ -90,35 +94,81 @@ class Reader:
     """A sampler's keys that need reading: mapped keys and encoded keys.
     ``row_numbers``: what the cut cuts in place of encoded frames."""
 
-    def __init__(self, store, plans, decoding):
+    def __init__(self, store, plans, decoding, device):
         episode_index = store.episodes["episode_index"]
-        self.frames = [
-            FrameKey(k, p, store[p.key], episode_index, decoding)
+        frames = [
+            FrameKey(k, p, store[p.key], episode_index, decoding, device)
             for k, p in enumerate(plans)
             if p.encoded
         ]
+        self.frames = [f for f in frames if not f.on_gpu]
+        self.gpu_frames = [f for f in frames if f.on_gpu]
         self.mapped = [
             MappedKey(k, p, store[p.key], store.mapped_rows[p.key])
             for k, p in enumerate(plans)
             if p.place == "mapped" and not p.encoded and p.cut_on.type == "cpu"
         ]
-        self.row_numbers = {f.position: f.row_numbers for f in self.frames}
+        self.row_numbers = {f.position: f.row_numbers for f in frames}
 
     def __bool__(self):
-        return bool(self.frames or self.mapped)
+        return bool(self.frames or self.gpu_frames or self.mapped)
+
+    @property
+    def encoded(self):
+        """Every encoded key, whichever decoder it has."""
+        return self.frames + self.gpu_frames
 
     def ahead(self, anchor, edge_tolerance, indices, depth):
-        """A ReadAhead of ``indices``' batches, or None where there is
-        nothing to read ahead."""
+        """An Ahead of ``indices``' batches, or None where there is nothing
+        to read ahead."""
         if not self or not depth:
             return None
-        return ReadAhead(self.mapped, anchor, edge_tolerance, indices, depth, frames=self.frames)
+        host = None
+        if self.mapped or self.frames:
+            host = ReadAhead(self.mapped, anchor, edge_tolerance, indices, depth,
+                             frames=self.frames)  # fmt: skip
+        gpu = None
+        if self.gpu_frames:
+            try:
+                gpu = DecodeAhead(self.gpu_frames, anchor, edge_tolerance, indices, depth)
+            except BaseException:
+                if host is not None:
+                    host.close()
+                raise
+        return Ahead(host, gpu)
 
     def decode_into(self, outs, rows):
         """Each encoded key's windows of row numbers in ``outs`` replaced by
         its frames: from ``rows`` (a Rows read ahead), or decoded now."""
-        for f in self.frames:
-            outs[f.position] = f.frames(outs[f.position], rows.frames.get(f.position))
+        for f in self.encoded:
+            decoded = rows.decoded.get(f.position)
+            if decoded is not None:
+                outs[f.position] = decoded
+            else:
+                outs[f.position] = f.frames(outs[f.position], rows.frames.get(f.position))
+
+
+class Ahead:
+    """The read ahead of an iteration: a ReadAhead's (mapped keys, frames
+    decoded on the host) and a DecodeAhead's (frames decoded on the GPU),
+    either None."""
+
+    def __init__(self, host, gpu):
+        self.host, self.gpu = host, gpu
+
+    def get(self, i):
+        rows = self.host.get(i) if self.host is not None else Rows()
+        if self.gpu is not None:
+            rows.decoded = self.gpu.get(i)
+        return rows
+
+    def close(self):
+        try:
+            if self.gpu is not None:
+                self.gpu.close()
+        finally:
+            if self.host is not None:
+                self.host.close()
 
 
 class ReadAhead:

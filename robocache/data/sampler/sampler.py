@@ -107,10 +107,14 @@ class WindowSampler:
             overlap gains. Events order them: a batch handed out is ready
             on the caller's current stream, and nothing waits on the host.
         decoding: how keys stored as JPEG or PNG frames are decoded
-            (``robocache.data.frames.FrameDecoding``: the JPEG IDCT, the
-            threads). Their windows are cut on the host over row numbers;
-            each distinct frame of a batch is decoded once, on the host's
-            thread pool, read ahead with the mapped keys; no CUDA graph.
+            (``robocache.data.frames.FrameDecoding``: the backend, the JPEG
+            IDCT, the threads). Their windows are cut on the host over row
+            numbers, and each distinct frame of a batch is decoded once: on
+            the GPU by default where the batches go to CUDA and the extra
+            ``robocache[nvimgcodec]`` is installed (a native queue decodes
+            ``read_ahead`` batches ahead, on a thread of its own, from the
+            bytes in host memory); else on the host's thread pool, read
+            ahead with the mapped keys. No CUDA graph.
         augment: key -> ``robocache.data.Augment``: random crops, rotations
             and colour jitter of uint8 (H, W, C) frames, one draw per window
             (every frame of a window alike), from (seed, step, rank), applied
@@ -226,6 +230,15 @@ class WindowSampler:
         if self.mixture is not None:
             return self._batches.tasks
         return self.store.tasks
+
+    @property
+    def decoders(self):
+        """A store's sampler: each encoded key -> the backend that decodes
+        it (``"host"`` or ``"nvimgcodec"``)."""
+        reader = getattr(self._batches, "reader", None)
+        if reader is None:
+            return {}
+        return {f.plan.key: f.decoder.backend for f in reader.encoded}
 
     @property
     def packed(self):

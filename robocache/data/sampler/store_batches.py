@@ -45,7 +45,7 @@ class StoreBatches:
         self.shuffle, self.drop_last = options.shuffle, options.drop_last
         self._step = 0  # batch_at's augmentation step when none is given
         self._index_anchors(store, options.drop_n_last_frames)
-        self.reader = Reader(store, self.plans, options.decoding)
+        self.reader = Reader(store, self.plans, options.decoding, self.device)
         self.cut = WindowCut(
             store, self.anchor, self.plans, self.row_tables, options.edge_tolerance,
             self.reader.row_numbers,
@@ -139,9 +139,9 @@ class StoreBatches:
                 f"{_WHERE}: cuda_graph=True with augment: each batch's augmentation is drawn "
                 "on the host, outside any CUDA graph; use cuda_graph=False"
             )
-        if self.reader.frames:
+        if self.reader.encoded:
             raise ValueError(
-                f"{_WHERE}: cuda_graph=True: {self.reader.frames[0].plan.key!r} holds encoded "
+                f"{_WHERE}: cuda_graph=True: {self.reader.encoded[0].plan.key!r} holds encoded "
                 "frames, which are decoded per batch outside any CUDA graph; use "
                 "cuda_graph=False (or a store built with frames='raw')"
             )
@@ -240,6 +240,6 @@ class StoreBatches:
         # (no autograd bookkeeping a call; the batch's tensors are ordinary).
         with torch._C._AutoDispatchBelowAutograd():
             cut = self.cut(index, rows.streams if rows is not None else None)
-            if self.reader.frames:
+            if self.reader.encoded:
                 self.reader.decode_into(cut.outs, rows if rows is not None else Rows())
             return self.transform(cut, index, step, parts)

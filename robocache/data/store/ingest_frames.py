@@ -13,6 +13,7 @@ import torch
 
 from ..frames import FRAME_FORMS, EncodedFrames, FrameEncoding, check_size, codec_for, resize
 from ..frames import codec as host_codec
+from ..frames.decoders import host as host_decoder
 
 _WHERE = "EpisodeStore.from_episodes"
 
@@ -78,7 +79,11 @@ def prepare(key, values, where, options):
         return values
     shape, dtype = tuple(values.shape[1:]), values.dtype
     images = host_codec.encode(values, codec, options.quality)
-    return Frames(images, FrameEncoding(codec, shape, dtype), values)
+    encoding = FrameEncoding(codec, shape, dtype)
+    # The statistics are of what the sampler returns: JPEG's decoded pixels
+    # (PNG keeps the frames exactly).
+    decoded = _decode(images, encoding, where) if codec == "jpeg" else values
+    return Frames(images, encoding, decoded)
 
 
 def _from_encoded(key, source, where, options):
@@ -114,7 +119,7 @@ def _from_encoded(key, source, where, options):
 
 def _decode(images, encoding, where):
     try:
-        return host_codec.decode(images, encoding, name=lambda i: f"{where}, frame {i}")
+        return host_decoder.decode(images, encoding, name=lambda i: f"{where}, frame {i}")
     except ValueError as e:
         raise ValueError(f"{_WHERE}: {e}") from None
 

@@ -100,7 +100,8 @@ def values_nbytes(stream):
 def auto(streams, mappable, budget):
     """The smallest streams on the GPU within ``budget`` bytes (default: a
     share of the free GPU memory), after every stream's index; the rest
-    pinned."""
+    pinned, and encoded frames (JPEG, PNG) pinned whatever their size: the
+    decoders read their bytes from host memory."""
     if not torch.cuda.is_available():
         raise RuntimeError(
             f"{_WHERE}: placement='auto' places keys on a GPU, and torch {torch.__version__} "
@@ -119,6 +120,9 @@ def auto(streams, mappable, budget):
         )
     plan, left = {}, budget - needed
     for key in sorted(streams, key=lambda k: values_nbytes(streams[k])):
+        if streams[key].encoding is not None:
+            plan[key] = "pinned"  # encoded frames are decoded from host memory
+            continue
         size = values_nbytes(streams[key])
         plan[key] = "cuda" if size <= left else "pinned"
         left -= size if plan[key] == "cuda" else 0

@@ -1,0 +1,110 @@
+"""The decoder seam: every JPEG and PNG decode of the project goes through
+one of these backends, which share one interface,
+``decode(images, encoding, out=None, name=None, cuda_stream=None)``: decode
+these encoded frames into this (N, H, W, C) tensor, on this CUDA stream.
+
+- ``host.py``: simplejpeg or Pillow on the host's thread pool (JPEG and PNG);
+- ``nvimgcodec.py``: nvImageCodec on the GPU (JPEG), the extra
+  ``robocache[nvimgcodec]``.
+
+``FrameDecoding`` says which a sampler uses; ``decoder_for`` makes it."""
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from . import nvimgcodec
+from .host import IDCTS, HostDecoder
+
+BACKENDS = ("auto", "host", "nvimgcodec")
+_warned = set()
+
+
+@dataclass(frozen=True)
+class FrameDecoding:
+    """How a sampler decodes encoded frames, each batch.
+
+    Attributes:
+        backend: ``"auto"`` (the default: ``"nvimgcodec"`` for JPEG frames
+            whose batches go to a CUDA device, where the extra
+            ``robocache[nvimgcodec]`` is installed, else ``"host"``, with one
+            warning naming the extra), ``"host"`` or ``"nvimgcodec"``. PNG
+            frames and ``idct="fast"`` always decode on the host.
+        idct: JPEG's inverse DCT: ``"accurate"`` (libjpeg-turbo's default, as
+            Pillow and torchvision decode; the GPU decoder's pixels are
+            within 1 grey level of it) or ``"fast"`` (libjpeg's fast
+            integer IDCT, TensorFlow's ``decode_jpeg`` default, with which
+            TFDS pipelines decode: the same pixels; on the host, and needs
+            simplejpeg).
+        threads: the decoder's host threads (default: the CPUs this process
+            may use, at most 16 on the host path; one per core for the GPU
+            decoder's host work).
+        hardware_share: the share of each batch the GPU decoder gives to the
+            GPU's hardware JPEG engines, 0 to 1 (default
+            ``nvimgcodec.HARDWARE_SHARE``); the rest goes to nvJPEG's CUDA
+            decoder.
+    """
+
+    backend: str = "auto"
+    idct: str = "accurate"
+    threads: int = None
+    hardware_share: float = None
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(
+                f"FrameDecoding: backend must be one of {BACKENDS}; got {self.backend!r}"
+            )
+        if self.idct not in IDCTS:
+            raise ValueError(f"FrameDecoding: idct must be 'accurate' or 'fast'; got {self.idct!r}")
+        if self.backend == "nvimgcodec" and self.idct == "fast":
+            raise ValueError("FrameDecoding: idct='fast' decodes on the host; use backend='host'")
+        threads = self.threads
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+        ):
+            raise ValueError(f"FrameDecoding: threads must be an int >= 1; got {threads!r}")
+        share = self.hardware_share
+        if share is not None and (
+            isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1
+        ):
+            raise ValueError(f"FrameDecoding: hardware_share must be in [0, 1]; got {share!r}")
+
+    def backend_for(self, codec, device):
+        """The backend that decodes frames of ``codec`` whose batches go to
+        ``device``: ``"host"`` or ``"nvimgcodec"``. ``"nvimgcodec"`` where
+        it cannot run is a RuntimeError saying why."""
+        on_gpu = device is not None and torch.device(device).type == "cuda"
+        if self.backend == "host" or codec != "jpeg" or self.idct == "fast":
+            return "host"
+        why = nvimgcodec.unavailable()
+        if self.backend == "nvimgcodec":
+            if why is not None:
+                raise RuntimeError(f"FrameDecoding: backend='nvimgcodec' cannot run: {why}")
+            if not on_gpu:
+                raise ValueError("FrameDecoding: backend='nvimgcodec' decodes onto a CUDA device; "
+                                 f"the batches go to {device}")  # fmt: skip
+            return "nvimgcodec"
+        if not on_gpu:
+            return "host"
+        if why is not None:
+            if why not in _warned:
+                _warned.add(why)
+                warnings.warn(
+                    f"robocache: JPEG frames decode on the host, as {why}; the GPU decoder "
+                    f"is {nvimgcodec.EXTRA}",
+                    stacklevel=3,
+                )
+            return "host"
+        return "nvimgcodec"
+
+
+def decoder_for(decoding, codec, device):
+    """The decoder ``decoding`` gives frames of ``codec`` whose batches go to ``device``."""
+    if decoding.backend_for(codec, device) == "nvimgcodec":
+        return nvimgcodec.GpuDecoder(device, decoding.hardware_share, decoding.threads)
+    return HostDecoder(decoding.idct, decoding.threads)
+
+
+__all__ = ["BACKENDS", "FrameDecoding", "HostDecoder", "IDCTS", "decoder_for"]

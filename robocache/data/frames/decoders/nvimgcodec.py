@@ -1,0 +1,128 @@
+"""The GPU decoder: JPEG frames decoded by nvImageCodec (the optional extra
+``robocache[nvimgcodec]``), driven from robocache's extension: one native
+call a batch, no Python object per frame, its host work on native threads
+without the GIL. Each batch is split between the GPU's hardware JPEG engines
+(NVJPG: no SMs) and nvJPEG's CUDA decoder, which also takes every frame the
+engines cannot.
+
+The hardware engines write their output as soon as they are called,
+whatever the CUDA stream they are handed has queued: the decoder therefore
+waits on the host until the memory it writes is free, on its own thread
+where it decodes ahead (``FrameQueue``), on the caller's in ``decode``."""
+
+import contextlib
+import os
+import sys
+
+import torch
+
+# The share of each batch given to the hardware engines, by default: all of
+# it, as their pixels are libjpeg-turbo's (accurate IDCT, fancy upsampling)
+# exactly, where nvJPEG's CUDA decoder's differ by up to 3 grey levels.
+HARDWARE_SHARE = 1.0
+EXTRA = "pip install robocache[nvimgcodec]"
+# A queue's threads, each with its own decoder, taking the steps in turn.
+# One by default: two decoders calling the hardware engines at once find
+# them saturated, and nvImageCodec then hands frames to the CUDA decoder,
+# whose pixels are not libjpeg-turbo's.
+QUEUE_WORKERS = 1
+# A queue's slots past those it decodes ahead into: the hardware engines
+# write as soon as they are called, so a slot is reused only once the
+# caller's stream is done with it; these slots let that be a step the
+# caller let go of a few steps ago (done on the GPU by then) rather than the
+# one it let go of just now (done only when the GPU catches up with it).
+SLOTS_BEHIND = 2
+_decoders = {}
+
+
+def _nvidia_dirs():
+    """Each nvidia/ folder on the import path (NVIDIA's wheels install there)."""
+    found = (os.path.join(p or os.getcwd(), "nvidia") for p in sys.path)
+    return [d for d in found if os.path.isdir(d)]
+
+
+def library_path():
+    """The path of libnvimgcodec.so.0, or None where the extra is not
+    installed. Its JPEG extension loads nvJPEG from beside it (its run
+    path), so both must be in one nvidia/ folder, as pip installs them."""
+    for nvidia in _nvidia_dirs():
+        library = os.path.join(nvidia, "nvimgcodec", "libnvimgcodec.so.0")
+        nvjpeg = os.path.join(nvidia, "cu13", "lib", "libnvjpeg.so.13")
+        if os.path.exists(library) and os.path.exists(nvjpeg):
+            return library
+    return None
+
+
+def unavailable():
+    """Why the GPU decoder cannot run here, or None where it can."""
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    if not hasattr(torch.classes.robocache, "FrameDecoder"):
+        return "this build of robocache has no CUDA kernels"
+    if library_path() is None:
+        return f"nvImageCodec and nvJPEG are not installed ({EXTRA})"
+    return None
+
+
+class GpuDecoder:
+    """JPEG frames decoded on ``device`` (see the module). ``hardware_share``:
+    the share of each batch given to the hardware engines (0: nvJPEG's CUDA
+    decoder alone); ``threads``: the decoder's host threads (None: one per
+    core); ``options``: nvImageCodec's decoder options (its defaults: "")."""
+
+    backend = "nvimgcodec"
+
+    def __init__(self, device, hardware_share=HARDWARE_SHARE, threads=None, options=""):
+        why = unavailable()
+        if why is not None:
+            raise RuntimeError(f"robocache: the nvimgcodec frame decoder cannot run: {why}")
+        self.device = torch.device(device)
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        self.device = torch.device("cuda", index)
+        self.hardware_share = HARDWARE_SHARE if hardware_share is None else hardware_share
+        key = (index, float(self.hardware_share), threads or 0, options)
+        if key not in _decoders:  # one a device and setting: its engines and threads are kept
+            _decoders[key] = torch.classes.robocache.FrameDecoder(
+                library_path(), index, float(self.hardware_share), threads or 0, options
+            )
+        self.native = _decoders[key]
+
+    def decode_rows(self, values, byte_offsets, rows, out, name=None, codec="jpeg"):
+        """Frames ``rows`` of a stream's bytes (``values`` and ``byte_offsets``
+        in host memory) decoded into ``out`` (len(rows), H, W, C) on the
+        device, ordered on its current CUDA stream. A frame that does not
+        decode raises a ValueError naming it (``name(i)``)."""
+        index, why = self.native.decode(values, byte_offsets, rows, out)
+        if index >= 0:
+            where = name(index) if name else f"frame {index}"
+            raise ValueError(f"{where}: the {codec} frame does not decode: {why}")
+        return out
+
+    def decode(self, images, encoding, out=None, name=None, cuda_stream=None):
+        """Each of ``images`` (bytes-like) decoded into ``out`` (default: a new
+        (n, *shape) uint8 tensor on the device), ordered on ``cuda_stream``
+        (default: the current one)."""
+        sizes = torch.tensor([0] + [len(i) for i in images], dtype=torch.int64)
+        byte_offsets = sizes.cumsum(0)
+        values = torch.empty(int(byte_offsets[-1]), dtype=torch.uint8)
+        array, bounds = values.numpy(), byte_offsets.tolist()
+        for i, image in enumerate(images):
+            array[bounds[i] : bounds[i + 1]] = memoryview(image).cast("B")
+        if out is None:
+            out = torch.empty((len(images), *encoding.shape), dtype=torch.uint8, device=self.device)
+        rows = torch.arange(len(images))
+        with (
+            torch.cuda.stream(cuda_stream) if cuda_stream is not None else contextlib.nullcontext()
+        ):
+            return self.decode_rows(values, byte_offsets, rows, out.view(-1, *out.shape[-3:]),
+                                    name, encoding.codec).view(out.shape)  # fmt: skip
+
+    def queue(self, values, byte_offsets, rows, tables, positions, ahead, workers=QUEUE_WORKERS):
+        """A native FrameQueue decoding up to ``ahead`` steps past the last
+        one released, on ``workers`` threads, into the tables' ring of
+        slots (at least ``ahead + SLOTS_BEHIND``; see
+        csrc/decoders/frame_queue.h)."""
+        workers = max(1, min(workers, ahead))
+        return torch.classes.robocache.FrameQueue(
+            self.native, values, byte_offsets, rows, tables, positions, ahead, workers
+        )

@@ -1,0 +1,250 @@
+"""The decoder seam: FrameDecoding's choice of backend (on any machine), and
+the nvimgcodec GPU decoder against Pillow's decode of the same bytes (on a
+CUDA device with the extra robocache[nvimgcodec]): chroma 4:4:4, 4:2:2 and
+4:2:0, grey frames, odd and tiny sizes, corrupt frames, and a sampler's
+JPEG batches, from pinned, mapped and host bytes, under load and without a
+host sync."""
+
+import io
+import warnings
+
+import pytest
+
+pytest.importorskip("PIL", reason="the frames extra: pip install robocache[frames]")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from fixtures.images import camera_frames, jpeg  # noqa: E402
+from frame_checks import pil_frames  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from robocache.data import EpisodeStore, WindowSampler  # noqa: E402
+from robocache.data.frames import (  # noqa: E402
+    FrameDecoding,
+    FrameEncoding,
+    decoders,  # noqa: E402
+)
+from robocache.data.frames.decoders import nvimgcodec  # noqa: E402
+
+MS = 10**6
+WHY_NOT = nvimgcodec.unavailable()
+requires_gpu_decoder = pytest.mark.skipif(
+    WHY_NOT is not None, reason=f"the GPU frame decoder: {WHY_NOT}"
+)
+
+
+# -- the choice of backend ----------------------------------------------------------
+
+
+def test_frame_decoding_checks_its_arguments():
+    for bad, match in [
+        (dict(backend="gpu"), "backend must be one of"),
+        (dict(idct="slow"), "idct must be 'accurate' or 'fast'"),
+        (dict(backend="nvimgcodec", idct="fast"), "idct='fast' decodes on the host"),
+        (dict(threads=0), "threads must be an int >= 1"),
+        (dict(hardware_share=1.5), r"hardware_share must be in \[0, 1\]"),
+        (dict(hardware_share=True), r"hardware_share must be in \[0, 1\]"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            FrameDecoding(**bad)
+
+
+def test_auto_decodes_on_the_host_off_the_gpu_and_for_png_or_the_fast_idct():
+    auto = FrameDecoding()
+    assert auto.backend_for("jpeg", "cpu") == "host"
+    assert auto.backend_for("png", "cuda") == "host"
+    assert FrameDecoding(idct="fast").backend_for("jpeg", "cuda") == "host"
+    assert FrameDecoding(backend="host").backend_for("jpeg", "cuda") == "host"
+
+
+def test_auto_without_the_extra_warns_once_and_decodes_on_the_host(monkeypatch):
+    monkeypatch.setattr(nvimgcodec, "unavailable", lambda: "a test says so")
+    monkeypatch.setattr(decoders, "_warned", set())
+    with pytest.warns(UserWarning, match=r"decode on the host, as a test says so.*nvimgcodec\]"):
+        assert FrameDecoding().backend_for("jpeg", "cuda") == "host"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert FrameDecoding().backend_for("jpeg", "cuda:0") == "host"  # said once
+    with pytest.raises(RuntimeError, match="backend='nvimgcodec' cannot run: a test says so"):
+        FrameDecoding(backend="nvimgcodec").backend_for("jpeg", "cuda")
+
+
+def test_the_gpu_backend_asked_for_batches_on_the_host_is_an_error(monkeypatch):
+    monkeypatch.setattr(nvimgcodec, "unavailable", lambda: None)
+    with pytest.raises(ValueError, match="decodes onto a CUDA device; the batches go to cpu"):
+        FrameDecoding(backend="nvimgcodec").backend_for("jpeg", "cpu")
+
+
+# -- the GPU decoder ------------------------------------------------------------------
+
+
+def _frames(n, height, width, channels, seed=0):
+    frames = camera_frames(n, height, width, seed=seed)
+    return frames[..., :1].contiguous() if channels == 1 else frames
+
+
+def _blobs(frames, subsampling):
+    if frames.shape[-1] == 1:
+        return [jpeg(f[..., 0].numpy(), quality=90) for f in frames]
+    return [jpeg(f.numpy(), subsampling=subsampling, quality=90) for f in frames]
+
+
+def _pillow(blobs, channels):
+    """Pillow's decode of each JPEG, (n, H, W, channels) uint8."""
+    if channels == 3:
+        return pil_frames(blobs)
+    grey = [np.asarray(Image.open(io.BytesIO(b)).convert("L")) for b in blobs]
+    return torch.from_numpy(np.stack(grey)).unsqueeze(-1)
+
+
+# The hardware engines decode as libjpeg-turbo does; nvJPEG's CUDA decoder
+# (hardware_share < 1) is up to 3 grey levels off in colour.
+TOLERANCE = {0.0: 3, 0.5: 3, 1.0: 1}
+
+
+@requires_gpu_decoder
+@pytest.mark.parametrize("hardware_share", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize(
+    "height,width,channels,subsampling",
+    [
+        (48, 64, 3, 0),  # 4:4:4
+        (48, 64, 3, 1),  # 4:2:2
+        (48, 64, 3, 2),  # 4:2:0
+        (37, 53, 3, 2),  # odd sizes
+        (1, 1, 3, 2),  # tiny
+        (3, 5, 3, 0),
+        (40, 56, 1, 0),  # grey
+        (17, 9, 1, 0),
+    ],
+)
+def test_gpu_pixels_are_pillows_within_the_backends_tolerance(
+    height, width, channels, subsampling, hardware_share
+):
+    frames = _frames(12, height, width, channels)
+    blobs = _blobs(frames, subsampling)
+    encoding = FrameEncoding("jpeg", (height, width, channels), torch.uint8)
+    decoder = nvimgcodec.GpuDecoder("cuda", hardware_share)
+    got = decoder.decode(blobs, encoding).cpu()
+    expected = _pillow(blobs, channels)
+    assert got.shape == expected.shape
+    assert (got.int() - expected.int()).abs().max() <= TOLERANCE[hardware_share]
+
+
+@requires_gpu_decoder
+@pytest.mark.parametrize("hardware_share", [0.0, 1.0])
+@pytest.mark.parametrize("damage", ["truncated", "not a jpeg"])
+def test_a_corrupt_frame_names_itself_and_the_next_batch_decodes(hardware_share, damage):
+    frames = _frames(6, 32, 40, 3)
+    blobs = _blobs(frames, 2)
+    encoding = FrameEncoding("jpeg", (32, 40, 3), torch.uint8)
+    decoder = nvimgcodec.GpuDecoder("cuda", hardware_share)
+    bad = list(blobs)
+    bad[3] = {
+        "truncated": bad[3][: len(bad[3]) // 3],
+        "not a jpeg": b"\x00" * 64,
+    }[damage]
+    with pytest.raises(ValueError, match="frame 3: the jpeg frame does not decode"):
+        decoder.decode(bad, encoding, name=lambda i: f"frame {i}")
+    torch.cuda.synchronize()  # no sticky CUDA error
+    for _ in range(2):  # the next batches decode, as exactly as before
+        got = decoder.decode(blobs, encoding).cpu()
+        assert (got.int() - _pillow(blobs, 3).int()).abs().max() <= TOLERANCE[hardware_share]
+
+
+@requires_gpu_decoder
+def test_a_frame_of_another_size_than_its_streams_is_an_error():
+    blobs = _blobs(_frames(2, 32, 40, 3), 0)
+    encoding = FrameEncoding("jpeg", (32, 48, 3), torch.uint8)
+    with pytest.raises(
+        ValueError, match="frame 0: .* the image is 32x40; the stream's frames are 32x48"
+    ):
+        nvimgcodec.GpuDecoder("cuda").decode(blobs, encoding)
+
+
+# -- the sampler's JPEG batches on the GPU ------------------------------------------
+
+
+def _jpeg_store(lengths=(30, 1, 17, 0, 24), size=(40, 56)):
+    episodes = []
+    for e, n in enumerate(lengths):
+        t = torch.arange(n) * 100 * MS
+        episodes.append(
+            {
+                "cam": (camera_frames(n, *size, seed=e), t),
+                "state": (torch.randn(n, 3, generator=torch.Generator().manual_seed(e)), t),
+            }
+        )
+    return EpisodeStore.from_episodes(episodes, frames="jpeg", progress=False)
+
+
+DELTAS = {"cam": [-0.2, 0.0, 0.1], "state": [0.0, 0.1]}
+
+
+def _batches(sampler):
+    return [{k: v.cpu().clone() for k, v in b.items()} for b in sampler]
+
+
+def _assert_close_to_host(gpu_batches, host_batches):
+    assert len(gpu_batches) == len(host_batches)
+    for g, h in zip(gpu_batches, host_batches):
+        assert g.keys() == h.keys()
+        for name in g:
+            if name == "cam":
+                assert (g[name].int() - h[name].int()).abs().max() <= 1, name
+            else:
+                assert torch.equal(g[name], h[name]), name
+
+
+@requires_gpu_decoder
+@pytest.mark.parametrize("place", ["pinned", "cpu", "mapped"])
+def test_sampler_jpeg_batches_on_the_gpu_match_the_host_decode(tmp_path, place):
+    _jpeg_store().save(tmp_path)
+    store = EpisodeStore.load(tmp_path, placement={"cam": place, "*": "cuda"})
+    kw = dict(batch_size=8, seed=1, device="cuda", cuda_graph=False)
+    gpu = WindowSampler(store, DELTAS, **kw)
+    assert gpu.decoders == {"cam": "nvimgcodec"}
+    host = WindowSampler(store, DELTAS, decoding=FrameDecoding(backend="host"), **kw)
+    expected = _batches(host)
+    for epoch in range(2):
+        gpu.set_epoch(epoch)
+        host.set_epoch(epoch)
+        _assert_close_to_host(_batches(gpu), _batches(host))
+    _assert_close_to_host([{k: v.cpu() for k, v in gpu.batch_at(range(5)).items()}],
+                          [{k: v.cpu() for k, v in host.batch_at(range(5)).items()}])  # fmt: skip
+    assert expected
+
+
+@requires_gpu_decoder
+def test_sampler_jpeg_batches_draw_without_a_host_sync_and_under_load():
+    store = _jpeg_store().place({"cam": "pinned", "*": "cuda"})
+    kw = dict(batch_size=8, seed=3, cuda_graph=False)
+    host = _batches(WindowSampler(store, DELTAS, decoding=FrameDecoding(backend="host"), **kw))
+    sampler = WindowSampler(store, DELTAS, decoding=FrameDecoding(hardware_share=1.0), **kw)
+    busy = torch.randn(2048, 2048, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = []
+        for batch in sampler:
+            for _ in range(4):  # the caller's stream stays busy while batches decode ahead
+                busy = busy @ busy
+                busy /= busy.norm()
+            got.append({k: v.clone() for k, v in batch.items()})
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    _assert_close_to_host([{k: v.cpu() for k, v in b.items()} for b in got], host)
+
+
+@requires_gpu_decoder
+def test_a_corrupt_frame_in_an_epoch_names_key_episode_and_frame():
+    store = _jpeg_store(lengths=(6, 9))
+    stream = store["cam"]
+    row = 6 + 4  # episode 1, frame 4
+    begin = int(stream.byte_offsets[row])
+    stream.values[begin : begin + 4] = 0
+    placed = store.place({"cam": "pinned", "*": "cuda"})
+    sampler = WindowSampler(placed, {"cam": [0.0]}, batch_size=4, shuffle=False, cuda_graph=False)
+    with pytest.raises(ValueError, match=r"key 'cam', episode 1, frame 4 \(row 10\).*jpeg"):
+        list(sampler)
+    torch.cuda.synchronize()
+    assert sampler.batch_at([0, 1, 2])["cam"].shape == (3, 1, 40, 56, 3)  # others decode

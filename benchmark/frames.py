@@ -1,6 +1,7 @@
 """Frames kept as JPEG: how much smaller, and how fast each decoder gets them back.
 
     python -m benchmark.frames [--sizes 96x96,224x224,480x640] [--batch 256] [--json PATH] [--small]
+        [--beside-training [--seconds 6]]
 
 For each size, a batch of camera-like frames (tests/fixtures/images.py:
 shading, a moving square, sensor noise) is encoded as JPEG at --quality
@@ -14,12 +15,22 @@ that is installed here:
                     (accurate IDCT; "simplejpeg-fastdct": the fast one);
   torchvision-cpu   torchvision.io.decode_jpeg on the list (libjpeg-turbo);
   torchvision-cuda  the same with device="cuda" (nvJPEG);
-  nvimgcodec        nvImageCodec's batched decode (hardware engines where
-                    the GPU has them, else CUDA).
+  nvimgcodec        nvImageCodec's batched decode through its Python API
+                    (hardware engines where the GPU has them, else CUDA);
+  robocache-gpu-hwX robocache's GPU decoder (nvImageCodec's C API driven from
+                    the extension, one native call a batch from the bytes
+                    in host memory, as the sampler calls it), X the share
+                    of each batch given to the hardware engines.
 
 Reported: frames/s (median of --repeats), and each decoder's largest and
 mean difference in grey levels from Pillow's decode of the same bytes. A GPU
 decoder's time includes its output on the GPU (synchronized).
+
+``--beside-training`` (a CUDA device): each decoder again, on a thread of
+its own with a CUDA stream of its own, while the main thread trains a
+ResNet-18 (torchvision) on 2 x 128 frames of the largest size a step, as a
+policy's step would run beside the sampler: the decoder's frames/s then,
+and the training step's time against the step alone.
 """
 
 import argparse
@@ -35,6 +46,10 @@ import torch
 from benchmark.writers import writers
 from robocache.data.frames import FrameEncoding
 from robocache.data.frames import codec as host_codec
+from robocache.data.frames.decoders import host as host_decoder
+from robocache.data.frames.decoders import nvimgcodec as gpu_decoder
+
+HARDWARE_SHARES = (0.0, 0.5, 1.0)
 
 
 def _pool_decode(decode_one, blobs, threads):
@@ -52,7 +67,7 @@ def decoders(threads):
 
     found = {
         "pil": lambda blobs, shape: _pool_decode(pil_one, blobs, threads),
-        "robocache-host": lambda blobs, shape: host_codec.decode(
+        "robocache-host": lambda blobs, shape: host_decoder.decode(
             blobs, FrameEncoding("jpeg", shape, torch.uint8), threads
         ),
     }
@@ -94,7 +109,31 @@ def decoders(threads):
             found["nvimgcodec"] = nvimg
     except ImportError:
         pass
+    if gpu_decoder.unavailable() is None:
+        for share in HARDWARE_SHARES:
+            found[f"robocache-gpu-hw{share:g}"] = _robocache_gpu(share)
     return found
+
+
+def _robocache_gpu(share):
+    """robocache's GPU decoder as the sampler calls it: the batch's bytes
+    packed once (as a store holds them), then one native call a batch."""
+    decoder = gpu_decoder.GpuDecoder("cuda", share)
+    packed = {}
+
+    def run(blobs, shape):
+        if id(blobs) not in packed:
+            sizes = torch.tensor([0] + [len(b) for b in blobs]).cumsum(0)
+            values = torch.frombuffer(
+                bytearray(b"".join(bytes(b) for b in blobs)), dtype=torch.uint8
+            )
+            packed.clear()
+            packed[id(blobs)] = (values.clone().pin_memory(), sizes, torch.arange(len(blobs)))
+        values, sizes, rows = packed[id(blobs)]
+        out = torch.empty((len(blobs), *shape), dtype=torch.uint8, device="cuda")
+        return decoder.decode_rows(values, sizes, rows, out)
+
+    return run
 
 
 def measure(decode, blobs, shape, repeats):
@@ -113,6 +152,106 @@ def measure(decode, blobs, shape, repeats):
                                                                   else out)  # fmt: skip
 
 
+def beside_training(found, blobs, shape, seconds, say):
+    """name -> (the decoder's frames/s on a thread of its own while a
+    ResNet-18 trains on the main thread, the step alone / the step beside it)."""
+    import threading
+
+    import torchvision
+
+    model = torchvision.models.resnet18(num_classes=10).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    images = torch.randn(256, 3, shape[0], shape[1], device="cuda")
+    labels = torch.randint(0, 10, (256,), device="cuda")
+
+    def train(steps):
+        for _ in range(steps):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(images), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        torch.cuda.synchronize()  # as a loop that logs its loss every few steps
+
+    train(5)
+    start = time.perf_counter()
+    train(20)
+    alone = (time.perf_counter() - start) / 20
+    say(f"ResNet-18 step alone: {alone * 1e3:.1f} ms")
+    results = {}
+    runs = {name: _calls(decode, blobs, shape) for name, decode in found.items()}
+    if gpu_decoder.unavailable() is None:
+        for share in HARDWARE_SHARES:
+            runs[f"robocache-gpu-queue-hw{share:g}"] = _queue(share, blobs, shape)
+    for name, batches in runs.items():
+        stop, count = threading.Event(), [0]
+
+        def work(batches=batches):
+            for frames in batches():
+                count[0] += frames
+                if stop.is_set():
+                    return
+
+        thread = threading.Thread(target=work, daemon=True)
+        thread.start()
+        train(5)
+        first, start, steps = count[0], time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            train(5)
+            steps += 5
+        elapsed = time.perf_counter() - start
+        decoded = count[0] - first
+        stop.set()
+        thread.join()
+        results[name] = (decoded / elapsed, alone / (elapsed / steps))
+        say(f"beside training: {name:<20} {decoded / elapsed:10.0f} frames/s, step efficiency "
+            f"{results[name][1]:.3f}")  # fmt: skip
+    return results
+
+
+def _calls(decode, blobs, shape):
+    """Batches of one decoder call each, on a CUDA stream of the thread's own."""
+    decode(blobs, shape)  # warm
+
+    def batches():
+        cuda_stream = torch.cuda.Stream()
+        with torch.cuda.stream(cuda_stream):
+            while True:
+                out = decode(blobs, shape)
+                if torch.is_tensor(out) and out.is_cuda:
+                    cuda_stream.synchronize()
+                yield len(blobs)
+
+    return batches
+
+
+def _queue(share, blobs, shape, steps=100_000, ahead=3):
+    """Batches as the sampler's iteration gets them: a native queue decodes
+    each step's frames ahead on threads of its own; the thread takes each
+    step's table and releases it (two calls a batch)."""
+    decoder = gpu_decoder.GpuDecoder("cuda", share)
+    sizes = torch.tensor([0] + [len(b) for b in blobs]).cumsum(0)
+    values = torch.frombuffer(bytearray(b"".join(bytes(b) for b in blobs)), dtype=torch.uint8)
+    n = len(blobs)
+    rows = torch.arange(1, n + 1).repeat(steps, 1)
+
+    def batches():
+        slots = ahead + gpu_decoder.SLOTS_BEHIND
+        tables = torch.zeros((slots, n + 1, *shape), dtype=torch.uint8, device="cuda")
+        positions = torch.empty((slots, n), dtype=torch.int64, device="cuda")
+        queue = decoder.queue([values.pin_memory()], [sizes], [rows], [tables], [positions], ahead)
+        try:
+            for step in range(steps):
+                if queue.take(step) < 0:
+                    raise RuntimeError(f"step {step} did not decode: {queue.failure()}")
+                queue.release(step)
+                yield n
+        finally:
+            queue.close()
+
+    return batches
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m benchmark.frames",
@@ -125,6 +264,11 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--small", action="store_true", help="a small run (a smoke test)")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument(
+        "--beside-training", action="store_true",
+        help="each decoder again while a ResNet-18 trains (a CUDA device)",
+    )  # fmt: skip
+    parser.add_argument("--seconds", type=float, default=6.0, help="each decoder's time beside")
     args = parser.parse_args(argv)
     if args.small:
         args.sizes, args.batch, args.repeats = "24x32", 8, 1
@@ -161,12 +305,25 @@ def main(argv=None):
                 f"{r['mean_levels_from_pil']:.2f} levels",
                 flush=True,
             )
+    beside = {}
+    if args.beside_training and torch.cuda.is_available():
+        height, width = sizes[-1]
+        blobs = host_codec.encode(camera_frames(args.batch, height, width, seed=height), "jpeg",
+                                  args.quality, args.threads)  # fmt: skip
+        say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+        for name, (rate, efficiency) in beside_training(
+            found, blobs, (height, width, 3), args.seconds, say
+        ).items():
+            beside[name] = {"size": f"{height}x{width}", "frames_per_s": rate,
+                            "step_efficiency": efficiency}  # fmt: skip
+            print(f"{height}x{width} beside training {name:<20} {rate:10.0f} frames/s"
+                  f"  step efficiency {efficiency:.3f}", flush=True)  # fmt: skip
     if args.json:
         meta = {"torch": torch.__version__, "quality": args.quality, "batch": args.batch}
         if torch.cuda.is_available():
             meta["device"] = torch.cuda.get_device_name()
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+            json.dump({"meta": meta, "rows": rows, "beside_training": beside}, f, indent=1)
     return 0
 
 

@@ -4,12 +4,16 @@ cache; cold: its pages dropped first), against the same step with a batch
 already on the GPU.
 
     python -m benchmark.tiers [--policy resnet|small|both] [--tiers gpu,pinned,mapped-warm,mapped-cold]
-        [--episodes 40] [--frames 200] [--json PATH] [--png PATH] [--small --device cpu]
+        [--frames raw,jpeg] [--episodes 40] [--episode-frames 200] [--json PATH] [--png PATH]
+        [--small --device cpu]
 
 Policies: ``small`` (two 96x96 cameras, B = 64, a small CNN) and ``resnet``
 (two 224x224 cameras, B = 128, a ResNet-18 a camera and a temporal U-Net:
 benchmark/e2e_policies.DiffusionLike). Windows: 2 frames of each camera and
-of the state, a 16-step action chunk, at 10 Hz.
+of the state, a 16-step action chunk, at 10 Hz. ``--frames jpeg`` adds the
+tiers of a store whose frames are kept as JPEG (quality 90), decoded by the
+sampler's default decoder (on the GPU where the extra robocache[nvimgcodec]
+is installed).
 
 For each (policy, tier): the step with a staged batch (the ideal), the step
 fed by the sampler and their ratio (the loader efficiency: the median ratio of
@@ -37,6 +41,7 @@ from benchmark.e2e_measure import data_path_alone, host_memory_bytes, sampler_ba
 from benchmark.e2e_policies import DiffusionLike, SmallPolicy
 from robocache.bench.timing import per_batch_seconds
 from robocache.data import EpisodeStore, WindowSampler
+from robocache.data.frames import FrameDecoding
 
 FPS = 10
 CAMERAS = ["observation.images.cam0", "observation.images.cam1"]
@@ -56,9 +61,10 @@ PLACEMENT = {
 }
 
 
-def write_store(folder, episodes, frames, size, say):
-    """A store of camera-like frames (smooth, different in every frame)."""
-    say(f"writing a store of {episodes} episodes x {frames} frames of {size}x{size} ...")
+def write_store(folder, episodes, frames, size, say, form="raw"):
+    """A store of camera-like frames (smooth, different in every frame),
+    kept raw or as JPEG (``form``)."""
+    say(f"writing a store of {episodes} episodes x {frames} {form} frames of {size}x{size} ...")
     y, x = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
     ramp = (x + 2 * y).to(torch.int32)
 
@@ -75,8 +81,9 @@ def write_store(folder, episodes, frames, size, say):
         }
 
     store = EpisodeStore.from_episodes(
-        (episode(e) for e in range(episodes)), total=episodes, fps=FPS, progress=False
-    )
+        (episode(e) for e in range(episodes)), total=episodes, fps=FPS, progress=False,
+        frames=form,
+    )  # fmt: skip
     store.save(folder)
     return store.nbytes
 
@@ -140,7 +147,12 @@ def gather_vs_copy(folder, batch_size, device):
     return nbytes / kernel_s / 1e9, nbytes / copy_s / 1e9
 
 
-def measure(args, folder, tier, policy_name, device, say):
+def sampler_decoders(store, batch_size, device):
+    """Each encoded key's decoder, as the sampler's defaults choose it."""
+    return WindowSampler(store, DELTAS, batch_size=batch_size, device=device).decoders
+
+
+def measure(args, folder, tier, policy_name, device, say, form="raw"):
     size, batch_size, policy = POLICIES[policy_name]
     if args.small:
         batch_size = 4
@@ -164,7 +176,7 @@ def measure(args, folder, tier, policy_name, device, say):
     def batches():
         sampler = WindowSampler(
             store, DELTAS, batch_size=batch_size, images="float_chw", device=device, seed=1,
-            prefetch=args.prefetch,
+            prefetch=args.prefetch, decoding=FrameDecoding(hardware_share=args.hardware_share),
         )  # fmt: skip
         return sampler_batches(sampler)
 
@@ -178,10 +190,11 @@ def measure(args, folder, tier, policy_name, device, say):
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     timed(step, repeat(), device, args.warmup, args.steps, repeats=1)
-    say(f"{policy_name} / {tier}: the sampler alone ...")
+    name = f"{policy_name} / {tier}" + (f" / {form}" if form != "raw" else "")
+    say(f"{name}: the sampler alone ...")
     stream = batches()
     alone = data_path_alone(stream, device, batch_size, args.steps, budget_s=args.budget)
-    say(f"{policy_name} / {tier}: training steps ...")
+    say(f"{name}: training steps ...")
     timed(step, stream, device, args.warmup, args.steps, repeats=1)
     # A host-bound step drifts over a run: staged and fed blocks alternate,
     # and the efficiency is the median of each pair's ratio.
@@ -200,11 +213,13 @@ def measure(args, folder, tier, policy_name, device, say):
     row = {
         "policy": policy_name,
         "tier": tier,
+        "frames": form,
         "batch_size": batch_size,
         "ideal_step_s": ideal,
         "step_s": real,
         "efficiency": efficiency,
         "prefetch": args.prefetch,
+        "decoders": sampler_decoders(store, batch_size, device),
         "wait_s": wait,
         "windows_per_s": alone,
         "frames_GBps": alone / batch_size * read / 1e9,
@@ -213,7 +228,7 @@ def measure(args, folder, tier, policy_name, device, say):
     }
     if device.type == "cuda":
         row["gpu_peak_bytes"] = torch.cuda.max_memory_allocated(device)
-    if device.type == "cuda" and tier == "pinned":
+    if device.type == "cuda" and tier == "pinned" and form == "raw":
         row["pinned_gather_GBps"], row["pinned_copy_GBps"] = gather_vs_copy(
             folder, batch_size, device
         )
@@ -223,7 +238,7 @@ def measure(args, folder, tier, policy_name, device, say):
             f"{row['pinned_copy_GBps']:.1f} GB/s"
         )
     say(
-        f"{policy_name} / {tier}: efficiency {row['efficiency']:.3f} "
+        f"{name}: efficiency {row['efficiency']:.3f} "
         f"({real * 1e3:.1f} ms a step, {ideal * 1e3:.1f} ms staged), {alone:.0f} windows/s"
     )
     return row
@@ -238,7 +253,7 @@ def plot(rows, meta, path):
     except ImportError:
         print("no matplotlib (pip install robocache[bench]): no plot", file=sys.stderr)
         return
-    labels = [f"{r['policy']} / {r['tier']}" for r in rows]
+    labels = [f"{r['policy']} / {r['tier']} / {r['frames']}" for r in rows]
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.5))
     ax.barh(labels, [r["efficiency"] for r in rows])
     ax.axvline(0.97, color="k", lw=0.8, ls="--")
@@ -260,7 +275,10 @@ def main(argv=None):
     parser.add_argument("--policy", choices=["small", "resnet", "both"], default="both")
     parser.add_argument("--tiers", default=",".join(TIERS))
     parser.add_argument("--episodes", type=int, default=40)
-    parser.add_argument("--frames", type=int, default=200)
+    parser.add_argument("--episode-frames", type=int, default=200, help="frames an episode")
+    parser.add_argument(
+        "--frames", default="raw", help="raw, jpeg or raw,jpeg: how frames are kept"
+    )
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--budget", type=float, default=30.0, help="seconds a timing may take")
@@ -270,6 +288,10 @@ def main(argv=None):
     parser.add_argument(
         "--prefetch", type=int, help="the sampler's prefetch (default: the sampler's own)"
     )
+    parser.add_argument(
+        "--hardware-share", type=float,
+        help="JPEG rows: the share of each batch the GPU decoder gives its hardware engines",
+    )  # fmt: skip
     parser.add_argument("--data", help="keep the stores here")
     parser.add_argument("--small", action="store_true", help="a smoke run")
     parser.add_argument("--json")
@@ -282,8 +304,11 @@ def main(argv=None):
         parser.error(f"--tiers: unknown {unknown}; the tiers are {', '.join(TIERS)} (and cpu)")
     if device.type != "cuda" and any(t in ("gpu", "pinned") for t in tiers):
         parser.error("--tiers gpu and pinned need a CUDA device; on the CPU: cpu,mapped-warm")
+    forms = [f for f in args.frames.split(",") if f]
+    if not forms or any(f not in ("raw", "jpeg") for f in forms):
+        parser.error(f"--frames: raw, jpeg or raw,jpeg; got {args.frames!r}")
     if args.small:
-        args.episodes, args.frames, args.warmup, args.steps = 3, 12, 1, 2
+        args.episodes, args.episode_frames, args.warmup, args.steps = 3, 12, 1, 2
         args.budget = min(args.budget, 5.0)
     policies = ["small", "resnet"] if args.policy == "both" else [args.policy]
     began = time.perf_counter()
@@ -296,29 +321,32 @@ def main(argv=None):
         base = Path(args.data or tmp)
         for policy_name in policies:
             size = 32 if args.small else POLICIES[policy_name][0]
-            folder = base / f"tiers-{args.episodes}x{args.frames}-{size}"
-            if not (folder / "store.safetensors").exists():
-                write_store(folder, args.episodes, args.frames, size, say)
-            path = str(folder / "store.safetensors")
-            probes[policy_name] = disk_probe(path, size * size * 3, 200 if args.small else 2000)
-            for tier in tiers:
-                rows.append(measure(args, folder, tier, policy_name, device, say))
-                rows[-1]["disk_reads_per_s"] = probes[policy_name]
+            for form in forms:
+                folder = base / f"tiers-{args.episodes}x{args.episode_frames}-{size}-{form}"
+                if not (folder / "store.safetensors").exists():
+                    write_store(folder, args.episodes, args.episode_frames, size, say, form)
+                path = str(folder / "store.safetensors")
+                if policy_name not in probes:
+                    probes[policy_name] = disk_probe(path, size * size * 3,
+                                                     200 if args.small else 2000)  # fmt: skip
+                for tier in tiers:
+                    rows.append(measure(args, folder, tier, policy_name, device, say, form))
+                    rows[-1]["disk_reads_per_s"] = probes[policy_name]
     meta = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "episodes": args.episodes,
-        "frames": args.frames,
+        "episode_frames": args.episode_frames,
     }
     if device.type == "cuda":
         meta["pinned_copy_GBps"] = pinned_copy_gbps(256 << 20, device)
     print(f"{meta['device']}, torch {meta['torch']}; pinned copy "
           f"{meta.get('pinned_copy_GBps', float('nan')):.1f} GB/s")  # fmt: skip
-    print(f"{'policy':8} {'tier':12} {'staged ms':>10} {'step ms':>9} {'effic.':>7} "
+    print(f"{'policy':8} {'tier':12} {'frames':6} {'staged ms':>10} {'step ms':>9} {'effic.':>7} "
           f"{'windows/s':>10} {'GB/s':>7} {'disk reads/s':>13}")  # fmt: skip
     for r in rows:
         print(
-            f"{r['policy']:8} {r['tier']:12} {r['ideal_step_s'] * 1e3:10.2f} "
+            f"{r['policy']:8} {r['tier']:12} {r['frames']:6} {r['ideal_step_s'] * 1e3:10.2f} "
             f"{r['step_s'] * 1e3:9.2f} {r['efficiency']:7.3f} {r['windows_per_s']:10.0f} "
             f"{r['frames_GBps']:7.2f} {r['disk_reads_per_s']:13.0f}"
         )

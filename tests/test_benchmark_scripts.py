@@ -8,6 +8,7 @@ writers through it), so that ``robocache`` is the package under test, not the
 checkout's sources. A ``tests`` package installed by another distribution
 (mcap-protobuf-support 0.5 ships one) is on the path, as a user's may be."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -210,17 +211,19 @@ def test_e2e_multi_rate_peer_cuts_the_samplers_windows(workdir, tmp_path, monkey
 
 def test_tiers_benchmark_runs_small_on_the_cpu(workdir, tmp_path):
     out = tmp_path / "rows.json"
+    forms = ["raw", "jpeg"] if importlib.util.find_spec("PIL") else ["raw"]
     r = _run(
         workdir, "tiers", "--small", "--device", "cpu", "--policy", "small",
-        "--tiers", "cpu,mapped-cold", "--json", str(out),
+        "--tiers", "cpu,mapped-cold", "--frames", ",".join(forms), "--json", str(out),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     rows = json.loads(out.read_text())["rows"]
-    assert [(row["policy"], row["tier"]) for row in rows] == [
-        ("small", "cpu"),
-        ("small", "mapped-cold"),
+    assert [(row["policy"], row["tier"], row["frames"]) for row in rows] == [
+        ("small", tier, form) for form in forms for tier in ("cpu", "mapped-cold")
     ]
     assert rows[1]["placement"]["observation.images.cam0"] == "mapped"
+    r = _run(workdir, "tiers", "--small", "--device", "cpu", "--tiers", "cpu", "--frames", "webp")
+    assert r.returncode == 2 and "--frames: raw, jpeg or raw,jpeg" in r.stderr, r.stderr
     assert all(row["efficiency"] > 0 and row["windows_per_s"] > 0 for row in rows)
     r = _run(workdir, "tiers", "--small", "--device", "cpu", "--tiers", "gpu")
     assert r.returncode == 2 and "need a CUDA device" in r.stderr, r.stderr

@@ -18,6 +18,7 @@ from fixtures.images import camera_frames, jpeg  # noqa: E402
 from frame_checks import pil_frames  # noqa: E402
 from PIL import Image  # noqa: E402
 
+import robocache  # noqa: E402
 from robocache.data import EpisodeStore, WindowSampler  # noqa: E402
 from robocache.data.frames import (  # noqa: E402
     FrameDecoding,
@@ -67,6 +68,16 @@ def test_auto_without_the_extra_warns_once_and_decodes_on_the_host(monkeypatch):
         assert FrameDecoding().backend_for("jpeg", "cuda:0") == "host"  # said once
     with pytest.raises(RuntimeError, match="backend='nvimgcodec' cannot run: a test says so"):
         FrameDecoding(backend="nvimgcodec").backend_for("jpeg", "cuda")
+
+
+def test_a_build_without_cuda_kernels_says_so(monkeypatch):
+    monkeypatch.setattr(nvimgcodec.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(nvimgcodec, "_has_native_decoder", lambda: False)
+    assert nvimgcodec.unavailable() == "this build of robocache has no CUDA kernels"
+    if not torch.cuda.is_available() or not robocache.is_cuda_available():
+        monkeypatch.undo()
+        monkeypatch.setattr(nvimgcodec.torch.cuda, "is_available", lambda: True)
+        assert nvimgcodec.unavailable() == "this build of robocache has no CUDA kernels"
 
 
 def test_the_gpu_backend_asked_for_batches_on_the_host_is_an_error(monkeypatch):

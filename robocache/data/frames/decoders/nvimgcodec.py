@@ -53,11 +53,19 @@ def library_path():
     return None
 
 
+def _has_native_decoder():
+    try:
+        torch.classes.robocache.FrameDecoder
+    except RuntimeError:  # a class torch does not know (a build without CUDA)
+        return False
+    return True
+
+
 def unavailable():
     """Why the GPU decoder cannot run here, or None where it can."""
     if not torch.cuda.is_available():
         return "torch sees no CUDA device"
-    if not hasattr(torch.classes.robocache, "FrameDecoder"):
+    if not _has_native_decoder():
         return "this build of robocache has no CUDA kernels"
     if library_path() is None:
         return f"nvImageCodec and nvJPEG are not installed ({EXTRA})"

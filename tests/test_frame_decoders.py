@@ -80,6 +80,28 @@ def test_a_build_without_cuda_kernels_says_so(monkeypatch):
         assert nvimgcodec.unavailable() == "this build of robocache has no CUDA kernels"
 
 
+def test_auto_falls_back_to_the_host_where_the_gpu_decoder_does_not_start(monkeypatch):
+    monkeypatch.setattr(nvimgcodec, "unavailable", lambda: None)
+    monkeypatch.setattr(decoders, "_warned", set())
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("a test's refusal")
+
+    monkeypatch.setattr(nvimgcodec, "GpuDecoder", refuse)
+    with pytest.warns(UserWarning, match="the GPU decoder did not start .a test's refusal"):
+        assert decoders.decoder_for(FrameDecoding(), "jpeg", "cuda").backend == "host"
+    with pytest.raises(RuntimeError, match="a test's refusal"):
+        decoders.decoder_for(FrameDecoding(backend="nvimgcodec"), "jpeg", "cuda")
+
+
+def test_a_step_table_holds_the_most_distinct_frames_a_step_reads():
+    from robocache.data.sampler import decode
+
+    rows = torch.tensor([[0, 3, 3, 4], [5, 6, 7, 8], [0, 0, 0, 0]])
+    assert decode._most_distinct(rows) == 4
+    assert decode._most_distinct(torch.zeros((2, 3), dtype=torch.int64)) == 1
+
+
 def test_the_gpu_backend_asked_for_batches_on_the_host_is_an_error(monkeypatch):
     monkeypatch.setattr(nvimgcodec, "unavailable", lambda: None)
     with pytest.raises(ValueError, match="decodes onto a CUDA device; the batches go to cpu"):

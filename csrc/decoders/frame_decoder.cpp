@@ -71,38 +71,29 @@ FrameDecoder::FrameDecoder(std::string library, int64_t device, double hardware_
   check(api_, api_.InstanceCreate(&instance_, &create), "instance creation");
   uses_hardware_ = hardware_share > 0.0;
   try {
-    decoder_ = make_decoder(uses_hardware_, true);
-    if (uses_hardware_ && hardware_share < 1.0) {
-      cuda_decoder_ = make_decoder(false, true);
+    cuda_decoder_ = make_decoder(NVIMGCODEC_BACKEND_KIND_HYBRID_CPU_GPU);
+    if (uses_hardware_) {
+      hardware_decoder_ = make_decoder(NVIMGCODEC_BACKEND_KIND_HW_GPU_ONLY);
     }
   } catch (...) {
-    if (decoder_ != nullptr) {
-      api_.DecoderDestroy(decoder_);
+    if (cuda_decoder_ != nullptr) {
+      api_.DecoderDestroy(cuda_decoder_);
     }
     api_.InstanceDestroy(instance_);
     throw;
   }
 }
 
-nvimgcodecDecoder_t FrameDecoder::make_decoder(bool hardware, bool cuda) {
-  // The hardware engines take every frame they are given; nvJPEG's CUDA
-  // decoder (nvImageCodec's hybrid backend: headers and Huffman on the host,
-  // the rest in CUDA kernels) takes every frame they cannot decode.
-  std::vector<nvimgcodecBackend_t> backends;
-  auto backend = [&](nvimgcodecBackendKind_t kind) {
-    auto b = described<nvimgcodecBackend_t>(NVIMGCODEC_STRUCTURE_TYPE_BACKEND);
-    b.kind = kind;
-    b.params = described<nvimgcodecBackendParams_t>(NVIMGCODEC_STRUCTURE_TYPE_BACKEND_PARAMS);
-    b.params.load_hint = 1.0f;
-    b.params.load_hint_policy = NVIMGCODEC_LOAD_HINT_POLICY_IGNORE;
-    backends.push_back(b);
-  };
-  if (hardware) {
-    backend(NVIMGCODEC_BACKEND_KIND_HW_GPU_ONLY);
-  }
-  if (cuda) {
-    backend(NVIMGCODEC_BACKEND_KIND_HYBRID_CPU_GPU);
-  }
+nvimgcodecDecoder_t FrameDecoder::make_decoder(nvimgcodecBackendKind_t kind) {
+  // One backend, no fallback: nvImageCodec then hands it every frame of a
+  // call (with a fallback, it fixes the first backend's share of a batch
+  // at the first call, and later, larger batches spill over).
+  auto backend = described<nvimgcodecBackend_t>(NVIMGCODEC_STRUCTURE_TYPE_BACKEND);
+  backend.kind = kind;
+  backend.params = described<nvimgcodecBackendParams_t>(NVIMGCODEC_STRUCTURE_TYPE_BACKEND_PARAMS);
+  backend.params.load_hint = 1.0f;
+  backend.params.load_hint_policy = NVIMGCODEC_LOAD_HINT_POLICY_FIXED;
+  std::vector<nvimgcodecBackend_t> backends{backend};
   auto exec = described<nvimgcodecExecutionParams_t>(NVIMGCODEC_STRUCTURE_TYPE_EXECUTION_PARAMS);
   exec.device_id = static_cast<int>(device_);
   exec.max_num_cpu_threads = static_cast<int>(cpu_threads_);
@@ -138,8 +129,8 @@ FrameDecoder::~FrameDecoder() {
   for (auto code_stream : code_streams_) {
     api_.CodeStreamDestroy(code_stream);
   }
-  if (decoder_ != nullptr) {
-    api_.DecoderDestroy(decoder_);
+  if (hardware_decoder_ != nullptr) {
+    api_.DecoderDestroy(hardware_decoder_);
   }
   if (cuda_decoder_ != nullptr) {
     api_.DecoderDestroy(cuda_decoder_);
@@ -147,6 +138,42 @@ FrameDecoder::~FrameDecoder() {
   if (instance_ != nullptr) {
     api_.InstanceDestroy(instance_);
   }
+}
+
+void FrameDecoder::decode_parts(std::vector<Part>& parts) {
+  auto params = described<nvimgcodecDecodeParams_t>(NVIMGCODEC_STRUCTURE_TYPE_DECODE_PARAMS);
+  params.apply_exif_orientation = 0;  // the pixels as stored, as the host decoders give them
+  nvimgcodecStatus_t submitted = NVIMGCODEC_STATUS_SUCCESS;
+  for (auto& part : parts) {  // every part submitted before any is waited for
+    submitted = api_.DecoderDecode(part.decoder, part.code_streams.data(), part.images.data(),
+                                   static_cast<int>(part.frames.size()), &params, &part.future);
+    if (submitted != NVIMGCODEC_STATUS_SUCCESS) {
+      break;
+    }
+  }
+  nvimgcodecStatus_t waited = NVIMGCODEC_STATUS_SUCCESS;
+  for (auto& part : parts) {
+    if (part.future == nullptr) {
+      continue;
+    }
+    auto w = api_.FutureWaitForAll(part.future);
+    std::vector<nvimgcodecProcessingStatus_t> found(part.frames.size(),
+                                                    NVIMGCODEC_PROCESSING_STATUS_UNKNOWN);
+    size_t reported = found.size();
+    auto got = api_.FutureGetProcessingStatus(part.future, found.data(), &reported);
+    api_.FutureDestroy(part.future);
+    part.future = nullptr;
+    if (w != NVIMGCODEC_STATUS_SUCCESS) {
+      waited = w;
+    } else if (got != NVIMGCODEC_STATUS_SUCCESS) {
+      waited = got;
+    }
+    for (size_t j = 0; j < part.frames.size() && j < reported; ++j) {
+      statuses_[part.frames[j]] = found[j];
+    }
+  }
+  check(api_, submitted, "decode");
+  check(api_, waited, "wait for a decode");
 }
 
 FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStream_t cuda_stream) {
@@ -161,7 +188,7 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
     code_streams_.push_back(nullptr);
     images_.push_back(nullptr);
   }
-  // Handles are re-pointed in place: no allocation per frame once warm.
+  // Handles are re-pointed in place (fewer objects made and destroyed).
   for (size_t i = 0; i < n; ++i) {
     const FrameTarget& frame = frames[i];
     auto status = api_.CodeStreamCreateFromHostMem(instance_, &code_streams_[i], frame.data,
@@ -179,78 +206,57 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
     if (found.plane_info[0].height != frame.height || found.plane_info[0].width != frame.width) {
       return {static_cast<int64_t>(i),
               message("the image is ", found.plane_info[0].height, "x", found.plane_info[0].width,
-                      "; the stream's frames are ", frame.height, "x", frame.width)};
+                      "; its frames' shape says ", frame.height, "x", frame.width)};
     }
     auto info = output_info(frame, cuda_stream);
     check(api_, api_.ImageCreate(instance_, &images_[i], &info), "image creation");
   }
-  auto params = described<nvimgcodecDecodeParams_t>(NVIMGCODEC_STRUCTURE_TYPE_DECODE_PARAMS);
-  params.apply_exif_orientation = 0;  // the pixels as stored, as the host decoders give them
-  // (decoder, first frame, end): the engines' share first, both submitted
-  // before either is waited for.
-  struct Part {
-    nvimgcodecDecoder_t decoder;
-    size_t begin, end;
-    nvimgcodecFuture_t future;
-  };
-  std::vector<Part> parts;
-  if (cuda_decoder_ != nullptr) {
-    size_t split = static_cast<size_t>(std::llround(hardware_share_ * static_cast<double>(n)));
-    if (split > 0) {
-      parts.push_back({decoder_, 0, split, nullptr});
-    }
-    if (split < n) {
-      parts.push_back({cuda_decoder_, split, n, nullptr});
-    }
-  } else {
-    parts.push_back({decoder_, 0, n, nullptr});
-  }
-  nvimgcodecStatus_t submitted = NVIMGCODEC_STATUS_SUCCESS;
-  for (auto& part : parts) {
-    submitted = api_.DecoderDecode(part.decoder, code_streams_.data() + part.begin,
-                                   images_.data() + part.begin,
-                                   static_cast<int>(part.end - part.begin), &params, &part.future);
-    if (submitted != NVIMGCODEC_STATUS_SUCCESS) {
-      break;
-    }
-  }
   statuses_.assign(n, NVIMGCODEC_PROCESSING_STATUS_UNKNOWN);
-  nvimgcodecStatus_t waited = NVIMGCODEC_STATUS_SUCCESS;
-  for (auto& part : parts) {
-    if (part.future == nullptr) {
+  // One part a decoder and output format (the engines take one format a
+  // call): of each channel count's frames, the engines' share first.
+  std::vector<Part> parts;
+  for (int64_t channels : {int64_t{1}, int64_t{3}}) {
+    std::vector<size_t> group;
+    for (size_t i = 0; i < n; ++i) {
+      if (frames[i].channels == channels) {
+        group.push_back(i);
+      }
+    }
+    size_t split =
+        uses_hardware_
+            ? static_cast<size_t>(std::llround(hardware_share_ * static_cast<double>(group.size())))
+            : 0;
+    Part engines{hardware_decoder_}, cuda{cuda_decoder_};
+    for (size_t j = 0; j < group.size(); ++j) {
+      (j < split ? engines : cuda).add(group[j], code_streams_, images_);
+    }
+    for (Part* part : {&engines, &cuda}) {
+      if (!part->frames.empty()) {
+        parts.push_back(std::move(*part));
+      }
+    }
+  }
+  decode_parts(parts);
+  // What the engines did not decode (a sampling they lack, or a batch one
+  // corrupt frame failed) goes to the CUDA decoder, once.
+  std::vector<Part> again(1, Part{cuda_decoder_});
+  for (const auto& part : parts) {
+    if (part.decoder != hardware_decoder_) {
       continue;
     }
-    auto w = api_.FutureWaitForAll(part.future);
-    size_t reported = 0;
-    auto got =
-        api_.FutureGetProcessingStatus(part.future, statuses_.data() + part.begin, &reported);
-    api_.FutureDestroy(part.future);
-    if (w != NVIMGCODEC_STATUS_SUCCESS) {
-      waited = w;
-    } else if (got != NVIMGCODEC_STATUS_SUCCESS) {
-      waited = got;
+    for (size_t i : part.frames) {
+      if (statuses_[i] != NVIMGCODEC_PROCESSING_STATUS_SUCCESS) {
+        again[0].add(i, code_streams_, images_);
+      }
     }
   }
-  check(api_, submitted, "decode");
-  check(api_, waited, "wait for a decode");
+  if (!again[0].frames.empty()) {
+    decode_parts(again);
+  }
   for (size_t i = 0; i < n; ++i) {
     if (statuses_[i] != NVIMGCODEC_PROCESSING_STATUS_SUCCESS) {
-      failure = {static_cast<int64_t>(i),
-                 message("nvImageCodec: ", processing_status_name(statuses_[i]))};
-      break;
-    }
-  }
-  if (failure.index >= 0 && uses_hardware_) {
-    // After a frame the engines could not decode, a decoder hands later
-    // batches to the CUDA decoder, whose pixels differ: new decoders
-    // give the engines every frame again.
-    api_.DecoderDestroy(decoder_);
-    decoder_ = nullptr;
-    decoder_ = make_decoder(true, true);
-    if (cuda_decoder_ != nullptr) {
-      api_.DecoderDestroy(cuda_decoder_);
-      cuda_decoder_ = nullptr;
-      cuda_decoder_ = make_decoder(false, true);
+      return {static_cast<int64_t>(i),
+              message("nvImageCodec: ", processing_status_name(statuses_[i]))};
     }
   }
   return failure;

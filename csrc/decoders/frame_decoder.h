@@ -69,7 +69,25 @@ class FrameDecoder : public torch::CustomClassHolder {
   bool uses_hardware() const { return uses_hardware_; }
 
  private:
-  nvimgcodecDecoder_t make_decoder(bool hardware, bool cuda);
+  // Frames decoded by one call of one decoder: their positions in the
+  // batch, and their handles.
+  struct Part {
+    nvimgcodecDecoder_t decoder;
+    std::vector<size_t> frames{};
+    std::vector<nvimgcodecCodeStream_t> code_streams{};
+    std::vector<nvimgcodecImage_t> images{};
+    nvimgcodecFuture_t future = nullptr;
+    void add(size_t i, const std::vector<nvimgcodecCodeStream_t>& all_streams,
+             const std::vector<nvimgcodecImage_t>& all_images) {
+      frames.push_back(i);
+      code_streams.push_back(all_streams[i]);
+      images.push_back(all_images[i]);
+    }
+  };
+
+  nvimgcodecDecoder_t make_decoder(nvimgcodecBackendKind_t kind);
+  // Decodes the parts, each frame's status into statuses_.
+  void decode_parts(std::vector<Part>& parts);
 
   const NvImgCodec& api_;
   std::string library_, options_;
@@ -78,10 +96,10 @@ class FrameDecoder : public torch::CustomClassHolder {
   int64_t cpu_threads_;
   bool uses_hardware_ = false;
   nvimgcodecInstance_t instance_ = nullptr;
-  // With a share strictly between 0 and 1, each batch is split here: its
-  // first frames go to the engines (and those they cannot decode to the
-  // CUDA decoder), the rest to the CUDA decoder alone, both at once.
-  nvimgcodecDecoder_t decoder_ = nullptr;
+  // Each batch's hardware share goes to the engines, the rest to nvJPEG's
+  // CUDA decoder, both at once; what the engines do not decode then goes to
+  // the CUDA decoder.
+  nvimgcodecDecoder_t hardware_decoder_ = nullptr;
   nvimgcodecDecoder_t cuda_decoder_ = nullptr;
   std::mutex siblings_mutex_;
   std::vector<c10::intrusive_ptr<FrameDecoder>> siblings_;

@@ -61,12 +61,14 @@ FrameQueue::FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at:
     const int64_t M = r.size(1);
     const auto& t = tables_[k];
     ROBOCACHE_CHECK_VALUE(t.device() == device && t.scalar_type() == at::kByte && t.dim() == 5 &&
-                              t.is_contiguous() && t.size(0) == slots_ && t.size(1) == M + 1 &&
-                              (t.size(4) == 1 || t.size(4) == 3),
+                              t.is_contiguous() && t.size(0) == slots_ && t.size(1) >= 1 &&
+                              t.size(1) <= M + 1 && (t.size(4) == 1 || t.size(4) == 3),
                           kWhere, ": tables[", k,
-                          "] must be a contiguous (slots, M + 1, H, W, C) "
+                          "] must be a contiguous (slots, 1 + F, H, W, C) "
                           "uint8 tensor on ",
-                          device.str(), ", C of 1 or 3");
+                          device.str(),
+                          ", F <= M the frames a step decodes, "
+                          "C of 1 or 3");
     const auto& p = positions_[k];
     ROBOCACHE_CHECK_VALUE(p.device() == device && p.scalar_type() == at::kLong && p.dim() == 2 &&
                               p.is_contiguous() && p.size(0) == slots_ && p.size(1) == M,
@@ -143,13 +145,12 @@ void FrameQueue::work(int64_t worker) {
     bool failed = false;
     try {
       failed = !decode_step(step, worker, targets, owners);
+    } catch (const c10::Error& e) {
+      failed = fail(step, e.what_without_backtrace());
     } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (failed_step_ < 0 || step < failed_step_) {
-        failed_step_ = step;
-        failure_ = {-1, -1, e.what()};
-      }
-      failed = true;
+      failed = fail(step, e.what());
+    } catch (...) {
+      failed = fail(step, "an unknown error");
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -162,6 +163,15 @@ void FrameQueue::work(int64_t worker) {
       return;
     }
   }
+}
+
+bool FrameQueue::fail(int64_t step, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (failed_step_ < 0 || step < failed_step_) {
+    failed_step_ = step;
+    failure_ = {-1, -1, why};
+  }
+  return true;
 }
 
 bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarget>& targets,
@@ -207,6 +217,9 @@ bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarg
     const int64_t* bounds = byte_offsets_[k].data_ptr<int64_t>();
     const uint8_t* bytes = values_[k].data_ptr<uint8_t>();
     const int64_t nbytes = values_[k].numel();
+    ROBOCACHE_CHECK_VALUE(static_cast<int64_t>(distinct.size()) < table.size(1), kWhere, ": key ",
+                          k, ": step ", step, " reads ", distinct.size(),
+                          " frames; its table holds ", table.size(1) - 1);
     for (size_t j = 0; j < distinct.size(); ++j) {
       const int64_t row = distinct[j] - 1;
       ROBOCACHE_CHECK_VALUE(row >= 0 && row < frames, kWhere, ": key ", k, ": row ", row,

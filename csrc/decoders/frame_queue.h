@@ -28,8 +28,9 @@ class FrameQueue : public torch::CustomClassHolder {
   // For each key k: values[k] (n_k,) uint8 and byte_offsets[k] (N_k + 1,)
   // int64, the frames' bytes in host memory; rows[k] (steps, M_k) int64
   // host, each step's window positions as row + 1 (0: no sample);
-  // tables[k] (slots, M_k + 1, H, W, C) uint8 on the decoder's device (row
-  // 0 of each slot is zeros: the frame of "no sample"); positions[k]
+  // tables[k] (slots, 1 + F_k, H, W, C) uint8 on the decoder's device, F_k
+  // the most distinct frames a step reads (row 0 of each slot is zeros: the
+  // frame of "no sample"); positions[k]
   // (slots, M_k) int64 there, where each window position's frame lies in
   // its slot's table; ahead: the steps past the last one released that may
   // be decoded (at most slots: the slots past it let the hardware engines,
@@ -57,6 +58,8 @@ class FrameQueue : public torch::CustomClassHolder {
 
  private:
   void work(int64_t worker);
+  // Records a step that failed for `why` (not a frame's decode); true.
+  bool fail(int64_t step, const std::string& why);
   bool decode_step(int64_t step, int64_t worker, std::vector<FrameTarget>& targets,
                    std::vector<std::pair<int64_t, int64_t>>& owners);
 

@@ -129,8 +129,8 @@ class DecodeAhead:
             W = found.shape[1]
             per_step = torch.zeros((steps, batch * W), dtype=torch.int64)
             per_step.view(-1, W)[: found.shape[0]] = found  # the last batch padded with "none"
-            table = torch.empty((slots, batch * W + 1, *key.encoding.shape), dtype=torch.uint8,
-                                device=device)  # fmt: skip
+            table = torch.empty((slots, 1 + _most_distinct(per_step), *key.encoding.shape),
+                                dtype=torch.uint8, device=device)  # fmt: skip
             table[:, 0].zero_()  # the frame of "no sample"
             rows.append(per_step)
             tables.append(table)
@@ -159,3 +159,10 @@ class DecodeAhead:
 
     def close(self):
         self.queue.close()
+
+
+def _most_distinct(per_step):
+    """The most distinct rows + 1 other than 0 (no sample) in any row of ``per_step``."""
+    ordered = per_step.sort(dim=1).values
+    changes = (ordered[:, 1:] != ordered[:, :-1]).sum(1) + (ordered[:, 0] != 0)
+    return max(1, int(changes.max())) if per_step.numel() else 1

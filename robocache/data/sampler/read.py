@@ -121,7 +121,7 @@ class Reader:
     def ahead(self, anchor, edge_tolerance, indices, depth):
         """An Ahead of ``indices``' batches, or None where there is nothing
         to read ahead."""
-        if not self or not depth:
+        if not self or not depth or not indices:
             return None
         host = None
         if self.mapped or self.frames:

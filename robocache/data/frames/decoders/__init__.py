@@ -89,22 +89,33 @@ class FrameDecoding:
         if not on_gpu:
             return "host"
         if why is not None:
-            if why not in _warned:
-                _warned.add(why)
-                warnings.warn(
-                    f"robocache: JPEG frames decode on the host, as {why}; the GPU decoder "
-                    f"is {nvimgcodec.EXTRA}",
-                    stacklevel=3,
-                )
+            _warn_once(f"robocache: JPEG frames decode on the host, as {why}; the GPU decoder "
+                       f"is {nvimgcodec.EXTRA}")  # fmt: skip
             return "host"
         return "nvimgcodec"
 
 
 def decoder_for(decoding, codec, device):
-    """The decoder ``decoding`` gives frames of ``codec`` whose batches go to ``device``."""
+    """The decoder ``decoding`` gives frames of ``codec`` whose batches go to
+    ``device``. With ``"auto"``, a GPU decoder that cannot start (a driver
+    too old for the extra, a GPU without what it asks for) is a warning, and
+    the host decodes."""
     if decoding.backend_for(codec, device) == "nvimgcodec":
-        return nvimgcodec.GpuDecoder(device, decoding.hardware_share, decoding.threads)
+        try:
+            return nvimgcodec.GpuDecoder(device, decoding.hardware_share, decoding.threads)
+        except RuntimeError as e:
+            if decoding.backend != "auto":
+                raise
+            _warn_once(
+                f"robocache: JPEG frames decode on the host: the GPU decoder did not start ({e})"
+            )
     return HostDecoder(decoding.idct, decoding.threads)
+
+
+def _warn_once(said):
+    if said not in _warned:
+        _warned.add(said)
+        warnings.warn(said, stacklevel=3)
 
 
 __all__ = ["BACKENDS", "FrameDecoding", "HostDecoder", "IDCTS", "decoder_for"]

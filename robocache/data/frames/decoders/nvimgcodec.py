@@ -109,19 +109,20 @@ class GpuDecoder:
     def decode(self, images, encoding, out=None, name=None, cuda_stream=None):
         """Each of ``images`` (bytes-like) decoded into ``out`` (default: a new
         (n, *shape) uint8 tensor on the device), ordered on ``cuda_stream``
-        (default: the current one)."""
+        (default: the current one; an ``out`` given must be free there)."""
         sizes = torch.tensor([0] + [len(i) for i in images], dtype=torch.int64)
         byte_offsets = sizes.cumsum(0)
         values = torch.empty(int(byte_offsets[-1]), dtype=torch.uint8)
         array, bounds = values.numpy(), byte_offsets.tolist()
         for i, image in enumerate(images):
             array[bounds[i] : bounds[i + 1]] = memoryview(image).cast("B")
-        if out is None:
-            out = torch.empty((len(images), *encoding.shape), dtype=torch.uint8, device=self.device)
         rows = torch.arange(len(images))
         with (
             torch.cuda.stream(cuda_stream) if cuda_stream is not None else contextlib.nullcontext()
         ):
+            if out is None:  # on the stream it is decoded on
+                shape = (len(images), *encoding.shape)
+                out = torch.empty(shape, dtype=torch.uint8, device=self.device)
             return self.decode_rows(values, byte_offsets, rows, out.view(-1, *out.shape[-3:]),
                                     name, encoding.codec).view(out.shape)  # fmt: skip
 

@@ -48,6 +48,7 @@ from robocache.data.frames import FrameEncoding
 from robocache.data.frames import codec as host_codec
 from robocache.data.frames.decoders import host as host_decoder
 from robocache.data.frames.decoders import nvimgcodec as gpu_decoder
+from robocache.data.frames.encoding import pack_images
 
 HARDWARE_SHARES = (0.0, 0.5, 1.0)
 
@@ -123,12 +124,9 @@ def _robocache_gpu(share):
 
     def run(blobs, shape):
         if id(blobs) not in packed:
-            sizes = torch.tensor([0] + [len(b) for b in blobs]).cumsum(0)
-            values = torch.frombuffer(
-                bytearray(b"".join(bytes(b) for b in blobs)), dtype=torch.uint8
-            )
+            values, sizes = pack_images(blobs)
             packed.clear()
-            packed[id(blobs)] = (values.clone().pin_memory(), sizes, torch.arange(len(blobs)))
+            packed[id(blobs)] = (values.pin_memory(), sizes, torch.arange(len(blobs)))
         values, sizes, rows = packed[id(blobs)]
         out = torch.empty((len(blobs), *shape), dtype=torch.uint8, device="cuda")
         return decoder.decode_rows(values, sizes, rows, out)
@@ -230,8 +228,7 @@ def _queue(share, blobs, shape, steps=100_000, ahead=3):
     each step's frames ahead on threads of its own; the thread takes each
     step's table and releases it (two calls a batch)."""
     decoder = gpu_decoder.GpuDecoder("cuda", share)
-    sizes = torch.tensor([0] + [len(b) for b in blobs]).cumsum(0)
-    values = torch.frombuffer(bytearray(b"".join(bytes(b) for b in blobs)), dtype=torch.uint8)
+    values, sizes = pack_images(blobs)
     n = len(blobs)
     rows = torch.arange(1, n + 1).repeat(steps, 1)
 

@@ -65,6 +65,18 @@ def frame_kind(shape, dtype):
     return None
 
 
+def pack_images(images):
+    """(values (bytes,) uint8, byte_offsets (N + 1,) int64): ``images``
+    (bytes-like) back to back, as an encoded stream holds them."""
+    sizes = torch.tensor([0] + [len(i) for i in images], dtype=torch.int64)
+    byte_offsets = sizes.cumsum(0)
+    values = torch.empty(int(byte_offsets[-1]), dtype=torch.uint8)
+    array, bounds = values.numpy(), byte_offsets.tolist()
+    for i, image in enumerate(images):
+        array[bounds[i] : bounds[i + 1]] = memoryview(image).cast("B")
+    return values, byte_offsets
+
+
 def codec_for(form, shape, dtype):
     """The codec ``frames=form`` gives frames of ``shape`` and ``dtype``:
     ``"jpeg"`` keeps 1- and 3-channel uint8 frames as JPEG and the rest

@@ -14,6 +14,7 @@ import torch
 from ..frames import FRAME_FORMS, EncodedFrames, FrameEncoding, check_size, codec_for, resize
 from ..frames import codec as host_codec
 from ..frames.decoders import host as host_decoder
+from ..frames.encoding import pack_images
 
 _WHERE = "EpisodeStore.from_episodes"
 
@@ -127,11 +128,4 @@ def _decode(images, encoding, where):
 def pack_frames(chunks):
     """(values (bytes,) uint8, byte_offsets (N + 1,) int64) of the frames of
     every episode, in order."""
-    images = [image for frames in chunks for image in frames.images]
-    sizes = torch.tensor([0] + [len(i) for i in images], dtype=torch.int64)
-    byte_offsets = sizes.cumsum(0)
-    values = torch.empty(int(byte_offsets[-1]), dtype=torch.uint8)
-    array, bounds = values.numpy(), byte_offsets.tolist()
-    for i, image in enumerate(images):
-        array[bounds[i] : bounds[i + 1]] = memoryview(image).cast("B")
-    return values, byte_offsets
+    return pack_images([image for frames in chunks for image in frames.images])

@@ -16,6 +16,8 @@ import sys
 
 import torch
 
+from ..encoding import pack_images
+
 # The share of each batch given to the hardware engines, by default: all of
 # it, as their pixels are libjpeg-turbo's (accurate IDCT, fancy upsampling)
 # exactly, where nvJPEG's CUDA decoder's differ by up to 3 grey levels.
@@ -110,12 +112,7 @@ class GpuDecoder:
         """Each of ``images`` (bytes-like) decoded into ``out`` (default: a new
         (n, *shape) uint8 tensor on the device), ordered on ``cuda_stream``
         (default: the current one; an ``out`` given must be free there)."""
-        sizes = torch.tensor([0] + [len(i) for i in images], dtype=torch.int64)
-        byte_offsets = sizes.cumsum(0)
-        values = torch.empty(int(byte_offsets[-1]), dtype=torch.uint8)
-        array, bounds = values.numpy(), byte_offsets.tolist()
-        for i, image in enumerate(images):
-            array[bounds[i] : bounds[i + 1]] = memoryview(image).cast("B")
+        values, byte_offsets = pack_images(images)
         rows = torch.arange(len(images))
         with (
             torch.cuda.stream(cuda_stream) if cuda_stream is not None else contextlib.nullcontext()

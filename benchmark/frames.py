@@ -1,7 +1,7 @@
 """Frames kept as JPEG: how much smaller, and how fast each decoder gets them back.
 
     python -m benchmark.frames [--sizes 96x96,224x224,480x640] [--batch 256] [--json PATH] [--small]
-        [--beside-training [--seconds 6]]
+        [--beside-training [--seconds 6] [--rate FRAMES_PER_S]]
 
 For each size, a batch of camera-like frames (tests/fixtures/images.py:
 shading, a moving square, sensor noise) is encoded as JPEG at --quality
@@ -30,7 +30,9 @@ decoder's time includes its output on the GPU (synchronized).
 its own with a CUDA stream of its own, while the main thread trains a
 ResNet-18 (torchvision) on 2 x 128 frames of the largest size a step, as a
 policy's step would run beside the sampler: the decoder's frames/s then,
-and the training step's time against the step alone.
+and the training step's time against the step alone. The sampler's queue
+(robocache-gpu-queue-hwX) decodes as fast as it can; with ``--rate`` it is
+also taken at that many frames a second, as a step demanding them would.
 """
 
 import argparse
@@ -150,7 +152,7 @@ def measure(decode, blobs, shape, repeats):
                                                                   else out)  # fmt: skip
 
 
-def beside_training(found, blobs, shape, seconds, say):
+def beside_training(found, blobs, shape, seconds, say, rate=None):
     """name -> (the decoder's frames/s on a thread of its own while a
     ResNet-18 trains on the main thread, the step alone / the step beside it)."""
     import threading
@@ -181,6 +183,10 @@ def beside_training(found, blobs, shape, seconds, say):
     if gpu_decoder.unavailable() is None:
         for share in HARDWARE_SHARES:
             runs[f"robocache-gpu-queue-hw{share:g}"] = _queue(share, blobs, shape)
+            if rate is not None:
+                runs[f"robocache-gpu-queue-hw{share:g}-at-{rate:g}"] = _queue(
+                    share, blobs, shape, rate=rate
+                )
     for name, batches in runs.items():
         stop, count = threading.Event(), [0]
 
@@ -223,10 +229,12 @@ def _calls(decode, blobs, shape):
     return batches
 
 
-def _queue(share, blobs, shape, steps=100_000, ahead=3):
+def _queue(share, blobs, shape, steps=100_000, ahead=3, rate=None):
     """Batches as the sampler's iteration gets them: a native queue decodes
     each step's frames ahead on threads of its own; the thread takes each
-    step's table and releases it (two calls a batch)."""
+    step's table and releases it (two calls a batch) on a CUDA stream of its
+    own, as the sampler's side stream does; with ``rate``, at most that many
+    frames a second (a step's demand)."""
     decoder = gpu_decoder.GpuDecoder("cuda", share)
     values, sizes = pack_images(blobs)
     n = len(blobs)
@@ -236,15 +244,23 @@ def _queue(share, blobs, shape, steps=100_000, ahead=3):
         slots = ahead + gpu_decoder.SLOTS_BEHIND
         tables = torch.zeros((slots, n + 1, *shape), dtype=torch.uint8, device="cuda")
         positions = torch.empty((slots, n), dtype=torch.int64, device="cuda")
-        queue = decoder.queue([values.pin_memory()], [sizes], [rows], [tables], [positions], ahead)
-        try:
-            for step in range(steps):
-                if queue.take(step) < 0:
-                    raise RuntimeError(f"step {step} did not decode: {queue.failure()}")
-                queue.release(step)
-                yield n
-        finally:
-            queue.close()
+        cuda_stream = torch.cuda.Stream()
+        cuda_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(cuda_stream):
+            queue = decoder.queue(
+                [values.pin_memory()], [sizes], [rows], [tables], [positions], ahead
+            )
+            began = time.perf_counter()
+            try:
+                for step in range(steps):
+                    if rate is not None:
+                        time.sleep(max(0.0, began + step * n / rate - time.perf_counter()))
+                    if queue.take(step) < 0:
+                        raise RuntimeError(f"step {step} did not decode: {queue.failure()}")
+                    queue.release(step)
+                    yield n
+            finally:
+                queue.close()
 
     return batches
 
@@ -266,6 +282,7 @@ def main(argv=None):
         help="each decoder again while a ResNet-18 trains (a CUDA device)",
     )  # fmt: skip
     parser.add_argument("--seconds", type=float, default=6.0, help="each decoder's time beside")
+    parser.add_argument("--rate", type=float, help="beside: the queue taken at this frames/s too")
     args = parser.parse_args(argv)
     if args.small:
         args.sizes, args.batch, args.repeats = "24x32", 8, 1
@@ -309,7 +326,7 @@ def main(argv=None):
                                   args.quality, args.threads)  # fmt: skip
         say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
         for name, (rate, efficiency) in beside_training(
-            found, blobs, (height, width, 3), args.seconds, say
+            found, blobs, (height, width, 3), args.seconds, say, args.rate
         ).items():
             beside[name] = {"size": f"{height}x{width}", "frames_per_s": rate,
                             "step_efficiency": efficiency}  # fmt: skip

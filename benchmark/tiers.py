@@ -3,13 +3,14 @@ GPU, in pinned host memory, or mapped from its file (warm: in the page
 cache; cold: its pages dropped first), against the same step with a batch
 already on the GPU.
 
-    python -m benchmark.tiers [--policy resnet|small|both] [--tiers gpu,pinned,mapped-warm,mapped-cold]
+    python -m benchmark.tiers [--policy small,resnet,resnet18|both] [--tiers gpu,pinned,mapped-warm,mapped-cold]
         [--frames raw,jpeg] [--episodes 40] [--episode-frames 200] [--json PATH] [--png PATH]
         [--small --device cpu]
 
-Policies: ``small`` (two 96x96 cameras, B = 64, a small CNN) and ``resnet``
+Policies: ``small`` (two 96x96 cameras, B = 64, a small CNN), ``resnet``
 (two 224x224 cameras, B = 128, a ResNet-18 a camera and a temporal U-Net:
-benchmark/e2e_policies.DiffusionLike). Windows: 2 frames of each camera and
+benchmark/e2e_policies.DiffusionLike) and ``resnet18`` (the same cameras and
+batch, one ResNet-18 shared by the cameras and a linear head). Windows: 2 frames of each camera and
 of the state, a 16-step action chunk, at 10 Hz. ``--frames jpeg`` adds the
 tiers of a store whose frames are kept as JPEG (quality 90), decoded by the
 sampler's default decoder (on the GPU where the extra robocache[nvimgcodec]
@@ -38,7 +39,7 @@ import torch
 
 import robocache
 from benchmark.e2e_measure import data_path_alone, host_memory_bytes, sampler_batches, timed
-from benchmark.e2e_policies import DiffusionLike, SmallPolicy
+from benchmark.e2e_policies import DiffusionLike, ResNet18Policy, SmallPolicy
 from robocache.bench.timing import per_batch_seconds
 from robocache.data import EpisodeStore, WindowSampler
 from robocache.data.frames import FrameDecoding
@@ -50,7 +51,11 @@ DELTAS = {
     "observation.state": [-1 / FPS, 0.0],
     **{cam: [-1 / FPS, 0.0] for cam in CAMERAS},
 }
-POLICIES = {"small": (96, 64, SmallPolicy), "resnet": (224, 128, DiffusionLike)}
+POLICIES = {
+    "small": (96, 64, SmallPolicy),
+    "resnet": (224, 128, DiffusionLike),
+    "resnet18": (224, 128, ResNet18Policy),
+}
 TIERS = ("gpu", "pinned", "mapped-warm", "mapped-cold")
 PLACEMENT = {
     "gpu": "cuda",
@@ -162,7 +167,7 @@ def measure(args, folder, tier, policy_name, device, say, form="raw"):
     store = EpisodeStore.load(folder, placement=placement, verify=False)
     if tier == "mapped-cold":
         drop_pages(os.path.join(folder, "store.safetensors"))
-    kw = {"width": 8} if args.small and policy is DiffusionLike else {}
+    kw = {"width": 8} if args.small and policy is not SmallPolicy else {}
     model = policy(CAMERAS, state_dim=14, **kw).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -272,7 +277,9 @@ def main(argv=None):
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--policy", choices=["small", "resnet", "both"], default="both")
+    parser.add_argument(
+        "--policy", default="both", help="small, resnet, resnet18, comma-separated, or both"
+    )
     parser.add_argument("--tiers", default=",".join(TIERS))
     parser.add_argument("--episodes", type=int, default=40)
     parser.add_argument("--episode-frames", type=int, default=200, help="frames an episode")
@@ -310,7 +317,11 @@ def main(argv=None):
     if args.small:
         args.episodes, args.episode_frames, args.warmup, args.steps = 3, 12, 1, 2
         args.budget = min(args.budget, 5.0)
-    policies = ["small", "resnet"] if args.policy == "both" else [args.policy]
+    policies = ["small", "resnet"] if args.policy == "both" else args.policy.split(",")
+    if any(p not in POLICIES for p in policies):
+        parser.error(
+            f"--policy: {', '.join(POLICIES)} (comma-separated) or both; got {args.policy!r}"
+        )
     began = time.perf_counter()
 
     def say(line):

@@ -72,9 +72,8 @@ def test_rlds_images_decode_onto_a_device(tmp_path, device):
 )
 def test_rlds_jpeg_decodes_on_a_device_as_pil_does(tmp_path, device, subsampling, smooth):
     """JPEG (what RT-X datasets hold) decodes through the frame decoders: on a
-    GPU with the nvimgcodec extra, the hardware engines' pixels, which are
-    libjpeg-turbo's (nvJPEG's CUDA decoder, for a frame the engines cannot
-    take, is up to 3 grey levels off); else PIL's on the host."""
+    GPU with the nvimgcodec extra, nvJPEG's CUDA decoder's pixels, up to 3
+    grey levels from libjpeg-turbo's; else PIL's on the host."""
     write_rlds(tmp_path, encode=lambda im: jpeg(im, subsampling), smooth=smooth)
     on_host = load_rlds(tmp_path, fps=FPS, progress=False)
     decoded = load_rlds(tmp_path, fps=FPS, progress=False, decode_on=device, device=device)

@@ -32,8 +32,9 @@ class FrameDecoding:
             warning naming the extra), ``"host"`` or ``"nvimgcodec"``. PNG
             frames and ``idct="fast"`` always decode on the host.
         idct: JPEG's inverse DCT: ``"accurate"`` (libjpeg-turbo's default, as
-            Pillow and torchvision decode; the GPU decoder's pixels are
-            within 1 grey level of it) or ``"fast"`` (libjpeg's fast
+            Pillow and torchvision decode; on the GPU, the hardware engines'
+            pixels are its exactly, nvJPEG's CUDA decoder's within 3 grey
+            levels) or ``"fast"`` (libjpeg's fast
             integer IDCT, TensorFlow's ``decode_jpeg`` default, with which
             TFDS pipelines decode: the same pixels; on the host, and needs
             simplejpeg).
@@ -42,8 +43,9 @@ class FrameDecoding:
             decoder's host work).
         hardware_share: the share of each batch the GPU decoder gives to the
             GPU's hardware JPEG engines, 0 to 1 (default
-            ``nvimgcodec.HARDWARE_SHARE``); the rest goes to nvJPEG's CUDA
-            decoder.
+            ``nvimgcodec.HARDWARE_SHARE``, 0: the one that kept a training
+            step fastest); the rest goes to nvJPEG's CUDA decoder. 1 gives
+            libjpeg-turbo's pixels exactly.
     """
 
     backend: str = "auto"

@@ -18,15 +18,16 @@ import torch
 
 from ..encoding import pack_images
 
-# The share of each batch given to the hardware engines, by default: all of
-# it, as their pixels are libjpeg-turbo's (accurate IDCT, fancy upsampling)
-# exactly, where nvJPEG's CUDA decoder's differ by up to 3 grey levels.
-HARDWARE_SHARE = 1.0
+# The share of each batch given to the hardware engines, by default: none.
+# Beside a training step nvJPEG's CUDA decoder kept the step faster than the
+# engines did (docs/benchmarks.md), though its pixels differ from
+# libjpeg-turbo's by up to 3 grey levels in colour, where the engines'
+# (accurate IDCT, fancy upsampling) are libjpeg-turbo's exactly.
+HARDWARE_SHARE = 0.0
 EXTRA = "pip install robocache[nvimgcodec]"
 # A queue's threads, each with its own decoder, taking the steps in turn.
-# One by default: two decoders calling the hardware engines at once find
-# them saturated, and nvImageCodec then hands frames to the CUDA decoder,
-# whose pixels are not libjpeg-turbo's.
+# One by default: two to four did not make a training step fed by the
+# sampler faster, with either decoder (docs/benchmarks.md).
 QUEUE_WORKERS = 1
 # A queue's slots past those it decodes ahead into: the hardware engines
 # write as soon as they are called, so a slot is reused only once the

@@ -20,7 +20,9 @@ that is installed here:
   robocache-gpu-hwX robocache's GPU decoder (nvImageCodec's C API driven from
                     the extension, one native call a batch from the bytes
                     in host memory, as the sampler calls it), X the share
-                    of each batch given to the hardware engines.
+                    of each batch given to the hardware engines, the rest
+                    to nvJPEG's batched decode ("-unbatched": to
+                    nvImageCodec's CUDA decoder, a frame at a time).
 
 Reported: frames/s (median of --repeats), and each decoder's largest and
 mean difference in grey levels from Pillow's decode of the same bytes. A GPU
@@ -115,13 +117,15 @@ def decoders(threads):
     if gpu_decoder.unavailable() is None:
         for share in HARDWARE_SHARES:
             found[f"robocache-gpu-hw{share:g}"] = _robocache_gpu(share)
+        found["robocache-gpu-hw0-unbatched"] = _robocache_gpu(0.0, batched=False)
     return found
 
 
-def _robocache_gpu(share):
+def _robocache_gpu(share, batched=True):
     """robocache's GPU decoder as the sampler calls it: the batch's bytes
-    packed once (as a store holds them), then one native call a batch."""
-    decoder = gpu_decoder.GpuDecoder("cuda", share)
+    packed once (as a store holds them), then one native call a batch
+    (``batched=False``: the CUDA decoder's share through nvImageCodec)."""
+    decoder = gpu_decoder.GpuDecoder("cuda", share, batched=batched)
     packed = {}
 
     def run(blobs, shape):
@@ -187,6 +191,7 @@ def beside_training(found, blobs, shape, seconds, say, rate=None):
                 runs[f"robocache-gpu-queue-hw{share:g}-at-{rate:g}"] = _queue(
                     share, blobs, shape, rate=rate
                 )
+        runs["robocache-gpu-queue-hw0-unbatched"] = _queue(0.0, blobs, shape, batched=False)
     for name, batches in runs.items():
         stop, count = threading.Event(), [0]
 
@@ -229,13 +234,13 @@ def _calls(decode, blobs, shape):
     return batches
 
 
-def _queue(share, blobs, shape, steps=100_000, ahead=3, rate=None):
+def _queue(share, blobs, shape, steps=100_000, ahead=3, rate=None, batched=True):
     """Batches as the sampler's iteration gets them: a native queue decodes
     each step's frames ahead on threads of its own; the thread takes each
     step's table and releases it (two calls a batch) on a CUDA stream of its
     own, as the sampler's side stream does; with ``rate``, at most that many
     frames a second (a step's demand)."""
-    decoder = gpu_decoder.GpuDecoder("cuda", share)
+    decoder = gpu_decoder.GpuDecoder("cuda", share, batched=batched)
     values, sizes = pack_images(blobs)
     n = len(blobs)
     rows = torch.arange(1, n + 1).repeat(steps, 1)

@@ -143,7 +143,9 @@ def _assert_pixels_close(got, expected, hardware_share):
 
 
 @requires_gpu_decoder
-@pytest.mark.parametrize("hardware_share", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize(
+    "hardware_share,batched", [(0.0, True), (0.0, False), (0.5, True), (1.0, True)]
+)
 @pytest.mark.parametrize(
     "height,width,channels,subsampling",
     [
@@ -158,12 +160,13 @@ def _assert_pixels_close(got, expected, hardware_share):
     ],
 )
 def test_gpu_pixels_are_pillows_within_the_backends_tolerance(
-    height, width, channels, subsampling, hardware_share
+    height, width, channels, subsampling, hardware_share, batched
 ):
     frames = _frames(12, height, width, channels)
     blobs = _blobs(frames, subsampling)
     encoding = FrameEncoding("jpeg", (height, width, channels), torch.uint8)
-    decoder = nvimgcodec.GpuDecoder("cuda", hardware_share)
+    decoder = nvimgcodec.GpuDecoder("cuda", hardware_share, batched=batched)
+    assert decoder.batched == (batched and hardware_share < 1)
     got = decoder.decode(blobs, encoding).cpu()
     expected = _pillow(blobs, channels)
     assert got.shape == expected.shape

@@ -49,16 +49,25 @@ nvimgcodecImageInfo_t output_info(const FrameTarget& frame, cudaStream_t cuda_st
   return info;
 }
 
+// nvJPEG's library: pip installs it beside nvImageCodec's, in one nvidia/
+// folder (nvidia/nvimgcodec/libnvimgcodec.so.0, nvidia/cu13/lib/).
+std::string nvjpeg_path(const std::string& nvimgcodec_library) {
+  auto folder = nvimgcodec_library.substr(0, nvimgcodec_library.find_last_of('/'));
+  auto nvidia = folder.substr(0, folder.find_last_of('/'));
+  return nvidia + "/cu13/lib/libnvjpeg.so.13";
+}
+
 }  // namespace
 
 FrameDecoder::FrameDecoder(std::string library, int64_t device, double hardware_share,
-                           int64_t cpu_threads, std::string options)
+                           int64_t cpu_threads, std::string options, bool batched)
     : api_(NvImgCodec::load(library)),
       library_(library),
       options_(options),
       device_(device),
       hardware_share_(hardware_share),
-      cpu_threads_(cpu_threads) {
+      cpu_threads_(cpu_threads),
+      batched_asked_(batched) {
   ROBOCACHE_CHECK_VALUE(hardware_share >= 0.0 && hardware_share <= 1.0,
                         "FrameDecoder: hardware_share must be in [0, 1]; got ", hardware_share);
   ROBOCACHE_CHECK_VALUE(cpu_threads >= 0, "FrameDecoder: cpu_threads must be >= 0; got ",
@@ -81,6 +90,13 @@ FrameDecoder::FrameDecoder(std::string library, int64_t device, double hardware_
     }
     api_.InstanceDestroy(instance_);
     throw;
+  }
+  if (batched && hardware_share < 1.0) {
+    try {
+      batched_ = std::make_unique<BatchedJpeg>(nvjpeg_path(library));
+    } catch (const std::exception&) {
+      batched_.reset();  // nvImageCodec's CUDA decoder takes the share
+    }
   }
 }
 
@@ -116,7 +132,7 @@ c10::intrusive_ptr<FrameDecoder> FrameDecoder::sibling(int64_t i) {
   std::lock_guard<std::mutex> lock(siblings_mutex_);
   while (static_cast<int64_t>(siblings_.size()) < i) {
     siblings_.push_back(c10::make_intrusive<FrameDecoder>(library_, device_, hardware_share_,
-                                                          cpu_threads_, options_));
+                                                          cpu_threads_, options_, batched_asked_));
   }
   return siblings_[i - 1];
 }
@@ -215,6 +231,7 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
   // One part a decoder and output format (the engines take one format a
   // call): of each channel count's frames, the engines' share first.
   std::vector<Part> parts;
+  std::vector<const FrameTarget*> batched_targets;
   for (int64_t channels : {int64_t{1}, int64_t{3}}) {
     std::vector<size_t> group;
     for (size_t i = 0; i < n; ++i) {
@@ -227,8 +244,23 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
             ? static_cast<size_t>(std::llround(hardware_share_ * static_cast<double>(group.size())))
             : 0;
     Part engines{hardware_decoder_}, cuda{cuda_decoder_};
-    for (size_t j = 0; j < group.size(); ++j) {
-      (j < split ? engines : cuda).add(group[j], code_streams_, images_);
+    for (size_t j = 0; j < split; ++j) {
+      engines.add(group[j], code_streams_, images_);
+    }
+    batched_targets.clear();
+    if (batched_ != nullptr) {
+      for (size_t j = split; j < group.size(); ++j) {
+        batched_targets.push_back(&frames[group[j]]);
+      }
+    }
+    if (!batched_targets.empty() && batched_->decode(batched_targets, channels, cuda_stream)) {
+      for (size_t j = split; j < group.size(); ++j) {
+        statuses_[group[j]] = NVIMGCODEC_PROCESSING_STATUS_SUCCESS;
+      }
+    } else {
+      for (size_t j = split; j < group.size(); ++j) {
+        cuda.add(group[j], code_streams_, images_);
+      }
     }
     for (Part* part : {&engines, &cuda}) {
       if (!part->frames.empty()) {

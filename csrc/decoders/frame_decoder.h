@@ -7,12 +7,14 @@
 #include <cuda_runtime_api.h>
 #include <torch/custom_class.h>
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "nvimgcodec_library.h"
+#include "nvjpeg_batched.h"
 
 namespace robocache::decoders {
 
@@ -39,9 +41,11 @@ class FrameDecoder : public torch::CustomClassHolder {
   // hardware_share: the share of each batch given to the hardware engines
   // (0: the CUDA decoder alone); cpu_threads: the decoder's host threads
   // (0: as many as the host has cores).
-  // options: nvImageCodec's decoder options ("" for its defaults).
+  // options: nvImageCodec's decoder options ("" for its defaults);
+  // batched: the CUDA decoder's share through nvJPEG's batched decode where
+  // it loads (nvJPEG from beside nvImageCodec), else through nvImageCodec.
   FrameDecoder(std::string library, int64_t device, double hardware_share, int64_t cpu_threads,
-               std::string options);
+               std::string options, bool batched);
   ~FrameDecoder() override;
 
   // rows (N,) of the frames (values, byte_offsets) hold, decoded into out
@@ -67,6 +71,8 @@ class FrameDecoder : public torch::CustomClassHolder {
   // as they are called, ignoring the work queued on the stream they are
   // given, so their output memory must be free on the host's word.
   bool uses_hardware() const { return uses_hardware_; }
+  // Whether the CUDA decoder's share goes through nvJPEG's batched decode.
+  bool uses_batched() const { return batched_ != nullptr; }
 
  private:
   // Frames decoded by one call of one decoder: their positions in the
@@ -101,6 +107,10 @@ class FrameDecoder : public torch::CustomClassHolder {
   // the CUDA decoder.
   nvimgcodecDecoder_t hardware_decoder_ = nullptr;
   nvimgcodecDecoder_t cuda_decoder_ = nullptr;
+  // The CUDA decoder's share of a batch, one call a channel count; what it
+  // refuses goes to cuda_decoder_, which names a frame that does not decode.
+  std::unique_ptr<BatchedJpeg> batched_;
+  bool batched_asked_ = false;
   std::mutex siblings_mutex_;
   std::vector<c10::intrusive_ptr<FrameDecoder>> siblings_;
   std::mutex mutex_;  // one batch at a time: the handles below are reused

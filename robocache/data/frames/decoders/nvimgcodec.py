@@ -3,7 +3,11 @@
 call a batch, no Python object per frame, its host work on native threads
 without the GIL. Each batch is split between the GPU's hardware JPEG engines
 (NVJPG: no SMs) and nvJPEG's CUDA decoder, which also takes every frame the
-engines cannot.
+engines cannot. The CUDA decoder's share goes in one call of nvJPEG's
+batched decode (its Huffman decoding on the GPU too), loaded from beside
+nvImageCodec; where that does not load, or refuses a batch (a frame cut
+short, one it does not support, a corrupt one), nvImageCodec's CUDA decoder
+takes the frames, a frame at a time, and names any that does not decode.
 
 The hardware engines write their output as soon as they are called,
 whatever the CUDA stream they are handed has queued: the decoder therefore
@@ -79,11 +83,16 @@ class GpuDecoder:
     """JPEG frames decoded on ``device`` (see the module). ``hardware_share``:
     the share of each batch given to the hardware engines (0: nvJPEG's CUDA
     decoder alone); ``threads``: the decoder's host threads (None: one per
-    core); ``options``: nvImageCodec's decoder options (its defaults: "")."""
+    core); ``options``: nvImageCodec's decoder options (its defaults: "");
+    ``batched``: the CUDA decoder's share of a batch in one call of nvJPEG's
+    batched decode (where it loads; its misses and failures go through
+    nvImageCodec, which names a frame that does not decode)."""
 
     backend = "nvimgcodec"
 
-    def __init__(self, device, hardware_share=HARDWARE_SHARE, threads=None, options=""):
+    def __init__(
+        self, device, hardware_share=HARDWARE_SHARE, threads=None, options="", batched=True
+    ):
         why = unavailable()
         if why is not None:
             raise RuntimeError(f"robocache: the nvimgcodec frame decoder cannot run: {why}")
@@ -91,12 +100,18 @@ class GpuDecoder:
         index = self.device.index if self.device.index is not None else torch.cuda.current_device()
         self.device = torch.device("cuda", index)
         self.hardware_share = HARDWARE_SHARE if hardware_share is None else hardware_share
-        key = (index, float(self.hardware_share), threads or 0, options)
+        key = (index, float(self.hardware_share), threads or 0, options, bool(batched))
         if key not in _decoders:  # one a device and setting: its engines and threads are kept
             _decoders[key] = torch.classes.robocache.FrameDecoder(
-                library_path(), index, float(self.hardware_share), threads or 0, options
-            )
+                library_path(), index, float(self.hardware_share), threads or 0, options,
+                bool(batched),
+            )  # fmt: skip
         self.native = _decoders[key]
+
+    @property
+    def batched(self):
+        """Whether the CUDA decoder's share goes through nvJPEG's batched decode."""
+        return self.native.uses_batched()
 
     def decode_rows(self, values, byte_offsets, rows, out, name=None, codec="jpeg"):
         """Frames ``rows`` of a stream's bytes (``values`` and ``byte_offsets``

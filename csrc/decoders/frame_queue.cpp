@@ -46,8 +46,10 @@ FrameQueue::FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at:
   ahead_ = ahead;
   for (int64_t w = 0; w < workers; ++w) {
     decoders_.push_back(decoder->sibling(w));
-    // High priority: the decode's few kernels run between a busy step's.
-    work_streams_.push_back(c10::cuda::getStreamFromPool(true, device.index()));
+    // With the engines, high priority: their few kernels run between a busy
+    // step's. Without, the step's priority: the CUDA decoder's kernels,
+    // decoding steps ahead, take the SMs the step leaves.
+    work_streams_.push_back(c10::cuda::getStreamFromPool(decoder->uses_hardware(), device.index()));
   }
   decoded_.assign(std::max<int64_t>(steps_, 0), 0);
   for (size_t k = 0; k < keys; ++k) {

@@ -120,6 +120,13 @@ def _observation(batch, cameras, encoders):
     return torch.cat(feats, 1)
 
 
+def _chunk_loss(pred, batch):
+    """The squared error of a predicted action chunk over its unpadded steps."""
+    valid = (~batch["action_is_pad"]).unsqueeze(-1)
+    error = (pred - batch["action"].to(pred.dtype)) ** 2
+    return (error * valid).sum() / valid.sum().clamp(min=1)
+
+
 class DiffusionLike(nn.Module):
     """Diffusion Policy's shape: a ResNet-18 a camera and a temporal U-Net
     (``width`` scales both: 64 is the real size; a smoke run uses less)."""
@@ -173,10 +180,7 @@ class SmallPolicy(nn.Module):
 
     def loss(self, batch):
         obs = _observation(batch, self.cameras, self.encoders)
-        pred = self.head(obs).view(-1, self.chunk, self.action_dim)
-        valid = (~batch["action_is_pad"]).unsqueeze(-1)
-        error = (pred - batch["action"].to(pred.dtype)) ** 2
-        return (error * valid).sum() / valid.sum().clamp(min=1)
+        return _chunk_loss(self.head(obs).view(-1, self.chunk, self.action_dim), batch)
 
 
 class ResNet18Policy(nn.Module):
@@ -196,7 +200,4 @@ class ResNet18Policy(nn.Module):
 
     def loss(self, batch):
         obs = _observation(batch, self.cameras, [self.encoder] * len(self.cameras))
-        pred = self.head(obs).view(-1, self.chunk, self.action_dim)
-        valid = (~batch["action_is_pad"]).unsqueeze(-1)
-        error = (pred - batch["action"].to(pred.dtype)) ** 2
-        return (error * valid).sum() / valid.sum().clamp(min=1)
+        return _chunk_loss(self.head(obs).view(-1, self.chunk, self.action_dim), batch)

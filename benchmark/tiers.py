@@ -9,9 +9,10 @@ already on the GPU.
 
 Policies: ``small`` (two 96x96 cameras, B = 64, a small CNN), ``resnet``
 (two 224x224 cameras, B = 128, a ResNet-18 a camera and a temporal U-Net:
-benchmark/e2e_policies.DiffusionLike) and ``resnet18`` (the same cameras and
-batch, one ResNet-18 shared by the cameras and a linear head). Windows: 2 frames of each camera and
-of the state, a 16-step action chunk, at 10 Hz. ``--frames jpeg`` adds the
+benchmark/e2e_policies.DiffusionLike) and ``resnet18`` (the same cameras
+and batch, one ResNet-18 shared by the cameras and a linear head).
+Windows: 2 frames of each camera and of the state, a 16-step action chunk,
+at 10 Hz. ``--frames jpeg`` adds the
 tiers of a store whose frames are kept as JPEG (quality 90), decoded by the
 sampler's default decoder (on the GPU where the extra robocache[nvimgcodec]
 is installed).

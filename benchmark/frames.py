@@ -17,12 +17,13 @@ that is installed here:
   torchvision-cuda  the same with device="cuda" (nvJPEG);
   nvimgcodec        nvImageCodec's batched decode through its Python API
                     (hardware engines where the GPU has them, else CUDA);
-  robocache-gpu-hwX robocache's GPU decoder (nvImageCodec's C API driven from
-                    the extension, one native call a batch from the bytes
-                    in host memory, as the sampler calls it), X the share
-                    of each batch given to the hardware engines, the rest
-                    to nvJPEG's batched decode ("-unbatched": to
-                    nvImageCodec's CUDA decoder, a frame at a time).
+  robocache-gpu-hwX robocache's GPU decoder (nvJPEG and nvImageCodec driven
+                    from the extension, one native call a batch from the
+                    bytes in host memory, as the sampler calls it), X the
+                    share of each batch given to the hardware engines, the
+                    rest to the CUDA decoder, each share in one call of
+                    nvJPEG's batched decode ("-unbatched": through
+                    nvImageCodec, the CUDA decoder's a frame at a time).
 
 Reported: frames/s (median of --repeats), and each decoder's largest and
 mean difference in grey levels from Pillow's decode of the same bytes. A GPU

@@ -130,8 +130,9 @@ def _pillow(blobs, channels):
     return torch.from_numpy(np.stack(grey)).unsqueeze(-1)
 
 
-# The hardware engines decode as libjpeg-turbo does; nvJPEG's CUDA decoder
-# (hardware_share < 1) is up to 3 grey levels off in colour, in few pixels.
+# The hardware engines decode as libjpeg-turbo does, but for a grey level in
+# upsampled chroma; nvJPEG's CUDA decoder (hardware_share < 1) is up to 3
+# grey levels off in colour, in few pixels.
 TOLERANCE = {0.0: 3, 0.5: 3, 1.0: 1}
 MEAN_TOLERANCE = 0.1
 
@@ -166,7 +167,7 @@ def test_gpu_pixels_are_pillows_within_the_backends_tolerance(
     blobs = _blobs(frames, subsampling)
     encoding = FrameEncoding("jpeg", (height, width, channels), torch.uint8)
     decoder = nvimgcodec.GpuDecoder("cuda", hardware_share, batched=batched)
-    assert decoder.batched == (batched and hardware_share < 1)
+    assert decoder.batched == batched
     got = decoder.decode(blobs, encoding).cpu()
     expected = _pillow(blobs, channels)
     assert got.shape == expected.shape
@@ -192,6 +193,22 @@ def test_a_corrupt_frame_names_itself_and_the_next_batch_decodes(hardware_share,
     for _ in range(2):  # the next batches decode, as exactly as before
         got = decoder.decode(blobs, encoding).cpu()
         _assert_pixels_close(got, _pillow(blobs, 3), hardware_share)
+
+
+@requires_gpu_decoder
+def test_a_batched_decode_that_does_not_load_warns_and_nvimgcodec_decodes(monkeypatch):
+    library, _ = nvimgcodec.library_paths()
+    missing = "/nonexistent/libnvjpeg.so.13"
+    monkeypatch.setattr(nvimgcodec, "library_paths", lambda: (library, missing))
+    monkeypatch.setattr(nvimgcodec, "_decoders", {})
+    monkeypatch.setattr(nvimgcodec, "_warned", set())
+    with pytest.warns(UserWarning, match="nvJPEG's batched decode did not load") as said:
+        decoder = nvimgcodec.GpuDecoder("cuda")
+    assert missing in str(said[0].message)
+    assert not decoder.batched
+    blobs = _blobs(_frames(4, 32, 40, 3), 2)
+    got = decoder.decode(blobs, FrameEncoding("jpeg", (32, 40, 3), torch.uint8)).cpu()
+    _assert_pixels_close(got, _pillow(blobs, 3), 0.0)
 
 
 @requires_gpu_decoder

@@ -49,25 +49,29 @@ nvimgcodecImageInfo_t output_info(const FrameTarget& frame, cudaStream_t cuda_st
   return info;
 }
 
-// nvJPEG's library: pip installs it beside nvImageCodec's, in one nvidia/
-// folder (nvidia/nvimgcodec/libnvimgcodec.so.0, nvidia/cu13/lib/).
-std::string nvjpeg_path(const std::string& nvimgcodec_library) {
-  auto folder = nvimgcodec_library.substr(0, nvimgcodec_library.find_last_of('/'));
-  auto nvidia = folder.substr(0, folder.find_last_of('/'));
-  return nvidia + "/cu13/lib/libnvjpeg.so.13";
+// Whether the frame ends as a whole JPEG does: a frame cut short goes to the
+// decoder that reports it (the batched decode may fill in what is missing).
+bool ends_whole(const FrameTarget& frame) {
+  return frame.size >= 4 && frame.data[frame.size - 2] == 0xFF &&
+         frame.data[frame.size - 1] == 0xD9;
+}
+
+std::string wrong_size(int64_t height, int64_t width, const FrameTarget& frame) {
+  return message("the image is ", height, "x", width, "; its frames' shape says ", frame.height,
+                 "x", frame.width);
 }
 
 }  // namespace
 
-FrameDecoder::FrameDecoder(std::string library, int64_t device, double hardware_share,
-                           int64_t cpu_threads, std::string options, bool batched)
+FrameDecoder::FrameDecoder(std::string library, std::string nvjpeg_library, int64_t device,
+                           double hardware_share, int64_t cpu_threads, std::string options)
     : api_(NvImgCodec::load(library)),
       library_(library),
+      nvjpeg_library_(nvjpeg_library),
       options_(options),
       device_(device),
       hardware_share_(hardware_share),
-      cpu_threads_(cpu_threads),
-      batched_asked_(batched) {
+      cpu_threads_(cpu_threads) {
   ROBOCACHE_CHECK_VALUE(hardware_share >= 0.0 && hardware_share <= 1.0,
                         "FrameDecoder: hardware_share must be in [0, 1]; got ", hardware_share);
   ROBOCACHE_CHECK_VALUE(cpu_threads >= 0, "FrameDecoder: cpu_threads must be >= 0; got ",
@@ -79,9 +83,13 @@ FrameDecoder::FrameDecoder(std::string library, int64_t device, double hardware_
   create.load_extension_modules = 1;  // the nvJPEG extension, beside the library
   check(api_, api_.InstanceCreate(&instance_, &create), "instance creation");
   uses_hardware_ = hardware_share > 0.0;
+  if (!nvjpeg_library.empty()) {
+    batched_hardware_ = uses_hardware_ ? load_batched(true) : nullptr;
+    batched_cuda_ = hardware_share < 1.0 ? load_batched(false) : nullptr;
+  }
   try {
     cuda_decoder_ = make_decoder(NVIMGCODEC_BACKEND_KIND_HYBRID_CPU_GPU);
-    if (uses_hardware_) {
+    if (uses_hardware_ && batched_hardware_ == nullptr) {
       hardware_decoder_ = make_decoder(NVIMGCODEC_BACKEND_KIND_HW_GPU_ONLY);
     }
   } catch (...) {
@@ -91,13 +99,20 @@ FrameDecoder::FrameDecoder(std::string library, int64_t device, double hardware_
     api_.InstanceDestroy(instance_);
     throw;
   }
-  if (batched && hardware_share < 1.0) {
-    try {
-      batched_ = std::make_unique<BatchedJpeg>(nvjpeg_path(library));
-    } catch (const std::exception&) {
-      batched_.reset();  // nvImageCodec's CUDA decoder takes the share
-    }
+}
+
+std::unique_ptr<BatchedJpeg> FrameDecoder::load_batched(bool hardware) {
+  std::string why;
+  try {
+    return std::make_unique<BatchedJpeg>(nvjpeg_library_, device_, hardware);
+  } catch (const c10::Error& e) {
+    why = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    why = e.what();
   }
+  batched_error_ += (batched_error_.empty() ? "" : "; ") +
+                    message(hardware ? "on the hardware engines: " : "on the SMs: ", why);
+  return nullptr;
 }
 
 nvimgcodecDecoder_t FrameDecoder::make_decoder(nvimgcodecBackendKind_t kind) {
@@ -131,8 +146,8 @@ c10::intrusive_ptr<FrameDecoder> FrameDecoder::sibling(int64_t i) {
   }
   std::lock_guard<std::mutex> lock(siblings_mutex_);
   while (static_cast<int64_t>(siblings_.size()) < i) {
-    siblings_.push_back(c10::make_intrusive<FrameDecoder>(library_, device_, hardware_share_,
-                                                          cpu_threads_, options_, batched_asked_));
+    siblings_.push_back(c10::make_intrusive<FrameDecoder>(library_, nvjpeg_library_, device_,
+                                                          hardware_share_, cpu_threads_, options_));
   }
   return siblings_[i - 1];
 }
@@ -192,11 +207,66 @@ void FrameDecoder::decode_parts(std::vector<Part>& parts) {
   check(api_, waited, "wait for a decode");
 }
 
+FrameFailure FrameDecoder::prepare(size_t i, const FrameTarget& frame, cudaStream_t cuda_stream) {
+  // Handles are re-pointed in place (fewer objects made and destroyed).
+  auto status = api_.CodeStreamCreateFromHostMem(instance_, &code_streams_[i], frame.data,
+                                                 frame.size, nullptr);
+  if (status != NVIMGCODEC_STATUS_SUCCESS) {
+    return {static_cast<int64_t>(i),
+            message("not an image nvImageCodec reads (", status_name(status), ")")};
+  }
+  auto found = described<nvimgcodecImageInfo_t>(NVIMGCODEC_STRUCTURE_TYPE_IMAGE_INFO);
+  status = api_.CodeStreamGetImageInfo(code_streams_[i], &found);
+  if (status != NVIMGCODEC_STATUS_SUCCESS) {
+    return {static_cast<int64_t>(i),
+            message("its header does not parse (", status_name(status), ")")};
+  }
+  if (found.plane_info[0].height != frame.height || found.plane_info[0].width != frame.width) {
+    return {static_cast<int64_t>(i),
+            wrong_size(found.plane_info[0].height, found.plane_info[0].width, frame)};
+  }
+  auto info = output_info(frame, cuda_stream);
+  check(api_, api_.ImageCreate(instance_, &images_[i], &info), "image creation");
+  return {};
+}
+
+FrameFailure FrameDecoder::decode_batched(BatchedJpeg& batched,
+                                          const std::vector<FrameTarget>& frames,
+                                          const std::vector<size_t>& group, int64_t channels,
+                                          cudaStream_t cuda_stream,
+                                          std::vector<size_t>& elsewhere) {
+  batched_targets_.clear();
+  batched_frames_.clear();
+  for (size_t i : group) {
+    const FrameTarget& frame = frames[i];
+    JpegHeader header;
+    // A frame nvJPEG does not read, or cut short, or of other than one or
+    // three components, goes to nvImageCodec, which names what is wrong.
+    if (!ends_whole(frame) || !batched.header(frame, &header) ||
+        (header.components != 1 && header.components != 3)) {
+      elsewhere.push_back(i);
+      continue;
+    }
+    if (header.height != frame.height || header.width != frame.width) {
+      return {static_cast<int64_t>(i), wrong_size(header.height, header.width, frame)};
+    }
+    batched_targets_.push_back(&frame);
+    batched_frames_.push_back(i);
+  }
+  if (batched.decode(batched_targets_, channels, cuda_stream)) {
+    for (size_t i : batched_frames_) {
+      statuses_[i] = NVIMGCODEC_PROCESSING_STATUS_SUCCESS;
+    }
+  } else {  // nvImageCodec decodes the batch, and names a frame that does not decode
+    elsewhere.insert(elsewhere.end(), batched_frames_.begin(), batched_frames_.end());
+  }
+  return {};
+}
+
 FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStream_t cuda_stream) {
-  FrameFailure failure;
   const size_t n = frames.size();
   if (n == 0) {
-    return failure;
+    return {};
   }
   std::lock_guard<std::mutex> lock(mutex_);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
@@ -204,34 +274,13 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
     code_streams_.push_back(nullptr);
     images_.push_back(nullptr);
   }
-  // Handles are re-pointed in place (fewer objects made and destroyed).
-  for (size_t i = 0; i < n; ++i) {
-    const FrameTarget& frame = frames[i];
-    auto status = api_.CodeStreamCreateFromHostMem(instance_, &code_streams_[i], frame.data,
-                                                   frame.size, nullptr);
-    if (status != NVIMGCODEC_STATUS_SUCCESS) {
-      return {static_cast<int64_t>(i),
-              message("not an image nvImageCodec reads (", status_name(status), ")")};
-    }
-    auto found = described<nvimgcodecImageInfo_t>(NVIMGCODEC_STRUCTURE_TYPE_IMAGE_INFO);
-    status = api_.CodeStreamGetImageInfo(code_streams_[i], &found);
-    if (status != NVIMGCODEC_STATUS_SUCCESS) {
-      return {static_cast<int64_t>(i),
-              message("its header does not parse (", status_name(status), ")")};
-    }
-    if (found.plane_info[0].height != frame.height || found.plane_info[0].width != frame.width) {
-      return {static_cast<int64_t>(i),
-              message("the image is ", found.plane_info[0].height, "x", found.plane_info[0].width,
-                      "; its frames' shape says ", frame.height, "x", frame.width)};
-    }
-    auto info = output_info(frame, cuda_stream);
-    check(api_, api_.ImageCreate(instance_, &images_[i], &info), "image creation");
-  }
   statuses_.assign(n, NVIMGCODEC_PROCESSING_STATUS_UNKNOWN);
-  // One part a decoder and output format (the engines take one format a
-  // call): of each channel count's frames, the engines' share first.
+  // Of each channel count's frames, the engines' share first, then the
+  // CUDA decoder's: each in one batched call where nvJPEG's loaded, the
+  // frames it does not take through nvImageCodec's CUDA decoder.
+  // nvImageCodec's frames go in one part a decoder and output format (the
+  // engines take one format a call).
   std::vector<Part> parts;
-  std::vector<const FrameTarget*> batched_targets;
   for (int64_t channels : {int64_t{1}, int64_t{3}}) {
     std::vector<size_t> group;
     for (size_t i = 0; i < n; ++i) {
@@ -243,23 +292,32 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
         uses_hardware_
             ? static_cast<size_t>(std::llround(hardware_share_ * static_cast<double>(group.size())))
             : 0;
+    std::vector<size_t> engines_share(group.begin(), group.begin() + split);
+    std::vector<size_t> cuda_share(group.begin() + split, group.end());
+    for (auto [share, batched] : {std::pair{&engines_share, batched_hardware_.get()},
+                                  std::pair{&cuda_share, batched_cuda_.get()}}) {
+      if (batched == nullptr || share->empty()) {
+        continue;
+      }
+      std::vector<size_t> elsewhere;
+      FrameFailure failure =
+          decode_batched(*batched, frames, *share, channels, cuda_stream, elsewhere);
+      if (failure.index >= 0) {
+        return failure;
+      }
+      share->clear();
+      // What the batched decode did not take goes to nvImageCodec's CUDA decoder.
+      cuda_share.insert(cuda_share.end(), elsewhere.begin(), elsewhere.end());
+    }
     Part engines{hardware_decoder_}, cuda{cuda_decoder_};
-    for (size_t j = 0; j < split; ++j) {
-      engines.add(group[j], code_streams_, images_);
-    }
-    batched_targets.clear();
-    if (batched_ != nullptr) {
-      for (size_t j = split; j < group.size(); ++j) {
-        batched_targets.push_back(&frames[group[j]]);
-      }
-    }
-    if (!batched_targets.empty() && batched_->decode(batched_targets, channels, cuda_stream)) {
-      for (size_t j = split; j < group.size(); ++j) {
-        statuses_[group[j]] = NVIMGCODEC_PROCESSING_STATUS_SUCCESS;
-      }
-    } else {
-      for (size_t j = split; j < group.size(); ++j) {
-        cuda.add(group[j], code_streams_, images_);
+    for (auto [share, part] :
+         {std::pair{&engines_share, &engines}, std::pair{&cuda_share, &cuda}}) {
+      for (size_t i : *share) {
+        FrameFailure failure = prepare(i, frames[i], cuda_stream);
+        if (failure.index >= 0) {
+          return failure;
+        }
+        part->add(i, code_streams_, images_);
       }
     }
     for (Part* part : {&engines, &cuda}) {
@@ -291,7 +349,7 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
               message("nvImageCodec: ", processing_status_name(statuses_[i]))};
     }
   }
-  return failure;
+  return {};
 }
 
 void check_encoded(const at::Tensor& values, const at::Tensor& byte_offsets, const char* where) {

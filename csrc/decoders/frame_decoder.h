@@ -37,15 +37,16 @@ struct FrameFailure {
 
 class FrameDecoder : public torch::CustomClassHolder {
  public:
-  // library: the path of libnvimgcodec.so.0; device: the CUDA device;
-  // hardware_share: the share of each batch given to the hardware engines
-  // (0: the CUDA decoder alone); cpu_threads: the decoder's host threads
-  // (0: as many as the host has cores).
-  // options: nvImageCodec's decoder options ("" for its defaults);
-  // batched: the CUDA decoder's share through nvJPEG's batched decode where
-  // it loads (nvJPEG from beside nvImageCodec), else through nvImageCodec.
-  FrameDecoder(std::string library, int64_t device, double hardware_share, int64_t cpu_threads,
-               std::string options, bool batched);
+  // library: the path of libnvimgcodec.so.0; nvjpeg_library: the path of
+  // libnvjpeg.so, whose batched decode takes each share of a batch, the
+  // engines' and the CUDA decoder's ("": nvImageCodec takes them, the CUDA
+  // decoder's a frame at a time);
+  // device: the CUDA device; hardware_share: the share of each batch given
+  // to the hardware engines (0: the CUDA decoder alone); cpu_threads: the
+  // decoder's host threads (0: as many as the host has cores); options:
+  // nvImageCodec's decoder options ("" for its defaults).
+  FrameDecoder(std::string library, std::string nvjpeg_library, int64_t device,
+               double hardware_share, int64_t cpu_threads, std::string options);
   ~FrameDecoder() override;
 
   // rows (N,) of the frames (values, byte_offsets) hold, decoded into out
@@ -71,8 +72,14 @@ class FrameDecoder : public torch::CustomClassHolder {
   // as they are called, ignoring the work queued on the stream they are
   // given, so their output memory must be free on the host's word.
   bool uses_hardware() const { return uses_hardware_; }
-  // Whether the CUDA decoder's share goes through nvJPEG's batched decode.
-  bool uses_batched() const { return batched_ != nullptr; }
+  // Whether each share of a batch goes through nvJPEG's batched decode.
+  bool uses_batched() const {
+    return (hardware_share_ == 1.0 || batched_cuda_ != nullptr) &&
+           (!uses_hardware_ || batched_hardware_ != nullptr);
+  }
+  // Why nvJPEG's batched decode, asked for, did not load ("" where it did,
+  // or was not asked for).
+  const std::string& batched_error() const { return batched_error_; }
 
  private:
   // Frames decoded by one call of one decoder: their positions in the
@@ -92,31 +99,45 @@ class FrameDecoder : public torch::CustomClassHolder {
   };
 
   nvimgcodecDecoder_t make_decoder(nvimgcodecBackendKind_t kind);
+  // nvImageCodec's handles for frame i (its header checked against its
+  // target); a failure where it cannot read the frame.
+  FrameFailure prepare(size_t i, const FrameTarget& frame, cudaStream_t cuda_stream);
+  // The frames of `group` that `batched` can take, decoded in one call
+  // (their statuses set); the others into `elsewhere`. A failure where a
+  // frame's size is not its target's.
+  FrameFailure decode_batched(BatchedJpeg& batched, const std::vector<FrameTarget>& frames,
+                              const std::vector<size_t>& group, int64_t channels,
+                              cudaStream_t cuda_stream, std::vector<size_t>& elsewhere);
+  // nvJPEG's batched decode on the engines (`hardware`) or the SMs, or
+  // nullptr where it does not load (why, into batched_error_).
+  std::unique_ptr<BatchedJpeg> load_batched(bool hardware);
   // Decodes the parts, each frame's status into statuses_.
   void decode_parts(std::vector<Part>& parts);
 
   const NvImgCodec& api_;
-  std::string library_, options_;
+  std::string library_, nvjpeg_library_, options_, batched_error_;
   int64_t device_;
   double hardware_share_;
   int64_t cpu_threads_;
   bool uses_hardware_ = false;
   nvimgcodecInstance_t instance_ = nullptr;
   // Each batch's hardware share goes to the engines, the rest to nvJPEG's
-  // CUDA decoder, both at once; what the engines do not decode then goes to
-  // the CUDA decoder.
+  // CUDA decoder: each share in one call of nvJPEG's batched decode a
+  // channel count (batched_hardware_, batched_cuda_) where it loads, else
+  // through nvImageCodec. What the batched decode refuses, or the engines
+  // do not decode, goes to cuda_decoder_, which names a frame that does not
+  // decode.
   nvimgcodecDecoder_t hardware_decoder_ = nullptr;
   nvimgcodecDecoder_t cuda_decoder_ = nullptr;
-  // The CUDA decoder's share of a batch, one call a channel count; what it
-  // refuses goes to cuda_decoder_, which names a frame that does not decode.
-  std::unique_ptr<BatchedJpeg> batched_;
-  bool batched_asked_ = false;
+  std::unique_ptr<BatchedJpeg> batched_hardware_, batched_cuda_;
   std::mutex siblings_mutex_;
   std::vector<c10::intrusive_ptr<FrameDecoder>> siblings_;
   std::mutex mutex_;  // one batch at a time: the handles below are reused
   std::vector<nvimgcodecCodeStream_t> code_streams_;
   std::vector<nvimgcodecImage_t> images_;
   std::vector<nvimgcodecProcessingStatus_t> statuses_;
+  std::vector<const FrameTarget*> batched_targets_;
+  std::vector<size_t> batched_frames_;
 };
 
 // The checks both decode paths make of a stream's encoded bytes.

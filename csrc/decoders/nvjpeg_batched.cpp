@@ -1,5 +1,6 @@
 #include "nvjpeg_batched.h"
 
+#include <c10/cuda/CUDAGuard.h>
 #include <dlfcn.h>
 
 #include <robocache/error.h>
@@ -12,9 +13,11 @@ namespace {
 // nvJPEG's values (nvjpeg.h, CUDA 12 and 13).
 constexpr int kStatusSuccess = 0;
 constexpr int kBackendGpuHybrid = 2;
+constexpr int kBackendHardware = 3;
 constexpr unsigned kFlagsUpsamplingWithInterpolation = 1u << 5;
 constexpr int kOutputY = 2;
 constexpr int kOutputRgbInterleaved = 5;
+constexpr int kMaxComponents = 4;
 // Batches are padded to a multiple of this (repeating their first frame),
 // so that the batch size a state is initialized for changes seldom.
 constexpr int kBatchGrain = 64;
@@ -27,7 +30,7 @@ void resolve(void* library, const char* name, F& out, const std::string& path) {
 
 }  // namespace
 
-BatchedJpeg::BatchedJpeg(const std::string& path) {
+BatchedJpeg::BatchedJpeg(const std::string& path, int64_t device, bool hardware) {
   void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
     const char* why = dlerror();
@@ -39,10 +42,12 @@ BatchedJpeg::BatchedJpeg(const std::string& path) {
   resolve(library, "nvjpegDestroy", destroy_, path);
   resolve(library, "nvjpegJpegStateCreate", state_create_, path);
   resolve(library, "nvjpegJpegStateDestroy", state_destroy_, path);
+  resolve(library, "nvjpegGetImageInfo", image_info_, path);
   resolve(library, "nvjpegDecodeBatchedInitialize", initialize_, path);
   resolve(library, "nvjpegDecodeBatched", decode_, path);
-  int status =
-      create_(kBackendGpuHybrid, nullptr, nullptr, kFlagsUpsamplingWithInterpolation, &handle_);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  int status = create_(hardware ? kBackendHardware : kBackendGpuHybrid, nullptr, nullptr,
+                       kFlagsUpsamplingWithInterpolation, &handle_);
   ROBOCACHE_CHECK(status == kStatusSuccess, "robocache: nvJPEG's handle was not made (status ",
                   status, ")");
   for (auto& state : states_) {
@@ -71,6 +76,17 @@ void BatchedJpeg::release() {
   }
 }
 
+bool BatchedJpeg::header(const FrameTarget& frame, JpegHeader* found) {
+  int components = 0, subsampling = 0;
+  int widths[kMaxComponents] = {0}, heights[kMaxComponents] = {0};
+  if (image_info_(handle_, frame.data, frame.size, &components, &subsampling, widths, heights) !=
+      kStatusSuccess) {
+    return false;
+  }
+  *found = {components, heights[0], widths[0]};
+  return true;
+}
+
 bool BatchedJpeg::decode(const std::vector<const FrameTarget*>& frames, int64_t channels,
                          cudaStream_t cuda_stream) {
   if (frames.empty()) {
@@ -82,17 +98,8 @@ bool BatchedJpeg::decode(const std::vector<const FrameTarget*>& frames, int64_t 
   data_.resize(padded);
   lengths_.resize(padded);
   images_.assign(padded, Image{});
-  for (const FrameTarget* frame : frames) {
-    // A frame cut short (no end-of-image marker last) goes to the decoder
-    // that reports it: the batched decode may fill in what is missing.
-    if (frame->size < 4 || frame->data[frame->size - 2] != 0xFF ||
-        frame->data[frame->size - 1] != 0xD9) {
-      return false;
-    }
-  }
   for (int i = 0; i < padded; ++i) {
-    // The padding decodes the first frame again, into its own output: the
-    // same pixels written twice.
+    // The padding writes the first frame's pixels again, into its own output.
     const FrameTarget& frame = *frames[i < n ? i : 0];
     data_[i] = frame.data;
     lengths_[i] = frame.size;

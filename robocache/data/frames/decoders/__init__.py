@@ -33,8 +33,8 @@ class FrameDecoding:
             frames and ``idct="fast"`` always decode on the host.
         idct: JPEG's inverse DCT: ``"accurate"`` (libjpeg-turbo's default, as
             Pillow and torchvision decode; on the GPU, the hardware engines'
-            pixels are its exactly, nvJPEG's CUDA decoder's within 3 grey
-            levels) or ``"fast"`` (libjpeg's fast
+            pixels are its but for a grey level in upsampled chroma,
+            nvJPEG's CUDA decoder's within 3 grey levels) or ``"fast"`` (libjpeg's fast
             integer IDCT, TensorFlow's ``decode_jpeg`` default, with which
             TFDS pipelines decode: the same pixels; on the host, and needs
             simplejpeg).
@@ -45,7 +45,8 @@ class FrameDecoding:
             GPU's hardware JPEG engines, 0 to 1 (default
             ``nvimgcodec.HARDWARE_SHARE``, 0: the one that kept a training
             step fastest); the rest goes to nvJPEG's CUDA decoder. 1 gives
-            libjpeg-turbo's pixels exactly.
+            libjpeg-turbo's pixels, but for a grey level in upsampled
+            chroma.
     """
 
     backend: str = "auto"

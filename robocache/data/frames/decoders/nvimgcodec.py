@@ -1,13 +1,15 @@
-"""The GPU decoder: JPEG frames decoded by nvImageCodec (the optional extra
-``robocache[nvimgcodec]``), driven from robocache's extension: one native
-call a batch, no Python object per frame, its host work on native threads
-without the GIL. Each batch is split between the GPU's hardware JPEG engines
-(NVJPG: no SMs) and nvJPEG's CUDA decoder, which also takes every frame the
-engines cannot. The CUDA decoder's share goes in one call of nvJPEG's
-batched decode (its Huffman decoding on the GPU too), loaded from beside
-nvImageCodec; where that does not load, or refuses a batch (a frame cut
-short, one it does not support, a corrupt one), nvImageCodec's CUDA decoder
-takes the frames, a frame at a time, and names any that does not decode.
+"""The GPU decoder: JPEG frames decoded by nvJPEG and nvImageCodec (the
+optional extra ``robocache[nvimgcodec]``), driven from robocache's
+extension: one native call a batch, no Python object per frame, its host
+work on native threads without the GIL. Each batch is split between the
+GPU's hardware JPEG engines (NVJPG: no SMs) and nvJPEG's CUDA decoder. Each
+share goes in one call of nvJPEG's batched decode (the CUDA decoder's with
+its Huffman decoding on the GPU too), loaded from beside nvImageCodec, each
+frame's header read by nvJPEG first and its size checked. Where that does
+not load (a GPU without the engines, for their share), or a frame or batch
+is refused (cut short, not supported, corrupt), nvImageCodec decodes the
+frames, the CUDA decoder's a frame at a time, and names any that does not
+decode.
 
 The hardware engines write their output as soon as they are called,
 whatever the CUDA stream they are handed has queued: the decoder therefore
@@ -17,6 +19,7 @@ where it decodes ahead (``FrameQueue``), on the caller's in ``decode``."""
 import contextlib
 import os
 import sys
+import warnings
 
 import torch
 
@@ -26,7 +29,8 @@ from ..encoding import pack_images
 # Beside a training step nvJPEG's CUDA decoder kept the step faster than the
 # engines did (docs/benchmarks.md), though its pixels differ from
 # libjpeg-turbo's by up to 3 grey levels in colour, where the engines'
-# (accurate IDCT, fancy upsampling) are libjpeg-turbo's exactly.
+# (accurate IDCT, fancy upsampling) are libjpeg-turbo's but for a grey level
+# in upsampled chroma.
 HARDWARE_SHARE = 0.0
 EXTRA = "pip install robocache[nvimgcodec]"
 # A queue's threads, each with its own decoder, taking the steps in turn.
@@ -40,6 +44,7 @@ QUEUE_WORKERS = 1
 # one it let go of just now (done only when the GPU catches up with it).
 SLOTS_BEHIND = 2
 _decoders = {}
+_warned = set()
 
 
 def _nvidia_dirs():
@@ -48,15 +53,16 @@ def _nvidia_dirs():
     return [d for d in found if os.path.isdir(d)]
 
 
-def library_path():
-    """The path of libnvimgcodec.so.0, or None where the extra is not
-    installed. Its JPEG extension loads nvJPEG from beside it (its run
-    path), so both must be in one nvidia/ folder, as pip installs them."""
+def library_paths():
+    """The paths of libnvimgcodec.so.0 and libnvjpeg.so.13, or None where
+    the extra is not installed. nvImageCodec's JPEG extension loads nvJPEG
+    from beside it (its run path), so both must be in one nvidia/ folder,
+    as pip installs them."""
     for nvidia in _nvidia_dirs():
         library = os.path.join(nvidia, "nvimgcodec", "libnvimgcodec.so.0")
         nvjpeg = os.path.join(nvidia, "cu13", "lib", "libnvjpeg.so.13")
         if os.path.exists(library) and os.path.exists(nvjpeg):
-            return library
+            return library, nvjpeg
     return None
 
 
@@ -74,7 +80,7 @@ def unavailable():
         return "torch sees no CUDA device"
     if not _has_native_decoder():
         return "this build of robocache has no CUDA kernels"
-    if library_path() is None:
+    if library_paths() is None:
         return f"nvImageCodec and nvJPEG are not installed ({EXTRA})"
     return None
 
@@ -84,9 +90,10 @@ class GpuDecoder:
     the share of each batch given to the hardware engines (0: nvJPEG's CUDA
     decoder alone); ``threads``: the decoder's host threads (None: one per
     core); ``options``: nvImageCodec's decoder options (its defaults: "");
-    ``batched``: the CUDA decoder's share of a batch in one call of nvJPEG's
-    batched decode (where it loads; its misses and failures go through
-    nvImageCodec, which names a frame that does not decode)."""
+    ``batched``: each share of a batch in one call of nvJPEG's batched
+    decode (where it loads, else with a warning through nvImageCodec; its
+    misses and failures go through nvImageCodec, which names a frame that
+    does not decode)."""
 
     backend = "nvimgcodec"
 
@@ -102,15 +109,22 @@ class GpuDecoder:
         self.hardware_share = HARDWARE_SHARE if hardware_share is None else hardware_share
         key = (index, float(self.hardware_share), threads or 0, options, bool(batched))
         if key not in _decoders:  # one a device and setting: its engines and threads are kept
+            library, nvjpeg = library_paths()
             _decoders[key] = torch.classes.robocache.FrameDecoder(
-                library_path(), index, float(self.hardware_share), threads or 0, options,
-                bool(batched),
+                library, nvjpeg if batched else "", index, float(self.hardware_share),
+                threads or 0, options,
             )  # fmt: skip
         self.native = _decoders[key]
+        why = self.native.batched_error()
+        if why and why not in _warned:
+            _warned.add(why)
+            warnings.warn(f"robocache: nvJPEG's batched decode did not load ({why}); the CUDA "
+                          "decoder's frames go through nvImageCodec, a frame at a time",
+                          stacklevel=2)  # fmt: skip
 
     @property
     def batched(self):
-        """Whether the CUDA decoder's share goes through nvJPEG's batched decode."""
+        """Whether each share of a batch goes through nvJPEG's batched decode."""
         return self.native.uses_batched()
 
     def decode_rows(self, values, byte_offsets, rows, out, name=None, codec="jpeg"):

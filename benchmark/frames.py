@@ -125,7 +125,8 @@ def decoders(threads):
 def _robocache_gpu(share, batched=True):
     """robocache's GPU decoder as the sampler calls it: the batch's bytes
     packed once (as a store holds them), then one native call a batch
-    (``batched=False``: the CUDA decoder's share through nvImageCodec)."""
+    (``batched=False``: each share through nvImageCodec, not nvJPEG's
+    batched decode)."""
     decoder = gpu_decoder.GpuDecoder("cuda", share, batched=batched)
     packed = {}
 

@@ -154,6 +154,9 @@ c10::intrusive_ptr<FrameDecoder> FrameDecoder::sibling(int64_t i) {
 
 FrameDecoder::~FrameDecoder() {
   std::lock_guard<std::mutex> lock(mutex_);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  batched_hardware_.reset();  // nvJPEG's handles, on their device
+  batched_cuda_.reset();
   for (auto image : images_) {
     api_.ImageDestroy(image);
   }

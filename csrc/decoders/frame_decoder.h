@@ -1,6 +1,7 @@
-// A batch of JPEG frames decoded on the GPU by nvImageCodec, split between
-// the GPU's hardware JPEG engines and its CUDA decoder, into device memory
-// the caller owns: one native call a batch, no Python object per frame.
+// A batch of JPEG frames decoded on the GPU by nvJPEG and nvImageCodec,
+// split between the GPU's hardware JPEG engines and its CUDA decoder, into
+// device memory the caller owns: one native call a batch, no Python object
+// per frame.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -60,7 +61,10 @@ class FrameDecoder : public torch::CustomClassHolder {
   // Decodes `frames` in one call, ordered on `cuda_stream`: the decode
   // follows the work queued there before it, and work queued after it
   // follows the decode. Waits on the host for the decoder's host work
-  // (headers, submission to the engines), never for the device.
+  // (headers, submission to the engines), and where nvJPEG's batched decode
+  // does, for the device's part of it (the stream's work up to the decode
+  // included). Of several frames that do not decode, the first found is
+  // returned, not always the lowest.
   FrameFailure run(const std::vector<FrameTarget>& frames, cudaStream_t cuda_stream);
 
   // The i-th decoder of this one's settings (0: this one), made when first

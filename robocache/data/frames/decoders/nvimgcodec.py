@@ -118,8 +118,8 @@ class GpuDecoder:
         why = self.native.batched_error()
         if why and why not in _warned:
             _warned.add(why)
-            warnings.warn(f"robocache: nvJPEG's batched decode did not load ({why}); the CUDA "
-                          "decoder's frames go through nvImageCodec, a frame at a time",
+            warnings.warn(f"robocache: nvJPEG's batched decode did not load ({why}); that "
+                          "share of each batch goes through nvImageCodec",
                           stacklevel=2)  # fmt: skip
 
     @property

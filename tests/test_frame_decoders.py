@@ -60,7 +60,7 @@ def test_auto_decodes_on_the_host_off_the_gpu_and_for_png_or_the_fast_idct():
 
 def test_auto_without_the_extra_warns_once_and_decodes_on_the_host(monkeypatch):
     monkeypatch.setattr(nvimgcodec, "unavailable", lambda: "a test says so")
-    monkeypatch.setattr(decoders, "_warned", set())
+    monkeypatch.setattr(nvimgcodec, "_warned", set())
     with pytest.warns(UserWarning, match=r"decode on the host, as a test says so.*nvimgcodec\]"):
         assert FrameDecoding().backend_for("jpeg", "cuda") == "host"
     with warnings.catch_warnings():
@@ -82,7 +82,7 @@ def test_a_build_without_cuda_kernels_says_so(monkeypatch):
 
 def test_auto_falls_back_to_the_host_where_the_gpu_decoder_does_not_start(monkeypatch):
     monkeypatch.setattr(nvimgcodec, "unavailable", lambda: None)
-    monkeypatch.setattr(decoders, "_warned", set())
+    monkeypatch.setattr(nvimgcodec, "_warned", set())
 
     def refuse(*args, **kwargs):
         raise RuntimeError("a test's refusal")

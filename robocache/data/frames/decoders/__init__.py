@@ -9,7 +9,6 @@ these encoded frames into this (N, H, W, C) tensor, on this CUDA stream.
 
 ``FrameDecoding`` says which a sampler uses; ``decoder_for`` makes it."""
 
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +17,6 @@ from . import nvimgcodec
 from .host import IDCTS, HostDecoder
 
 BACKENDS = ("auto", "host", "nvimgcodec")
-_warned = set()
 
 
 @dataclass(frozen=True)
@@ -34,8 +32,9 @@ class FrameDecoding:
         idct: JPEG's inverse DCT: ``"accurate"`` (libjpeg-turbo's default, as
             Pillow and torchvision decode; on the GPU, the hardware engines'
             pixels are its but for a grey level in upsampled chroma,
-            nvJPEG's CUDA decoder's within 3 grey levels) or ``"fast"`` (libjpeg's fast
-            integer IDCT, TensorFlow's ``decode_jpeg`` default, with which
+            nvJPEG's CUDA decoder's within 3 grey levels) or ``"fast"``
+            (libjpeg's fast integer IDCT, TensorFlow's ``decode_jpeg``
+            default, with which
             TFDS pipelines decode: the same pixels; on the host, and needs
             simplejpeg).
         threads: the decoder's host threads (default: the CPUs this process
@@ -92,8 +91,8 @@ class FrameDecoding:
         if not on_gpu:
             return "host"
         if why is not None:
-            _warn_once(f"robocache: JPEG frames decode on the host, as {why}; the GPU decoder "
-                       f"is {nvimgcodec.EXTRA}")  # fmt: skip
+            nvimgcodec.warn_once(f"robocache: JPEG frames decode on the host, as {why}; the "
+                                 f"GPU decoder is {nvimgcodec.EXTRA}")  # fmt: skip
             return "host"
         return "nvimgcodec"
 
@@ -109,16 +108,10 @@ def decoder_for(decoding, codec, device):
         except RuntimeError as e:
             if decoding.backend != "auto":
                 raise
-            _warn_once(
+            nvimgcodec.warn_once(
                 f"robocache: JPEG frames decode on the host: the GPU decoder did not start ({e})"
             )
     return HostDecoder(decoding.idct, decoding.threads)
-
-
-def _warn_once(said):
-    if said not in _warned:
-        _warned.add(said)
-        warnings.warn(said, stacklevel=3)
 
 
 __all__ = ["BACKENDS", "FrameDecoding", "HostDecoder", "IDCTS", "decoder_for"]

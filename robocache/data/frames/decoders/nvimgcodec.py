@@ -47,6 +47,14 @@ _decoders = {}
 _warned = set()
 
 
+def warn_once(said, stacklevel=2):
+    """``said`` as a UserWarning, the first time it is said only
+    (``stacklevel`` as ``warnings.warn``'s, counted from the caller)."""
+    if said not in _warned:
+        _warned.add(said)
+        warnings.warn(said, stacklevel=stacklevel + 1)
+
+
 def _nvidia_dirs():
     """Each nvidia/ folder on the import path (NVIDIA's wheels install there)."""
     found = (os.path.join(p or os.getcwd(), "nvidia") for p in sys.path)
@@ -116,11 +124,9 @@ class GpuDecoder:
             )  # fmt: skip
         self.native = _decoders[key]
         why = self.native.batched_error()
-        if why and why not in _warned:
-            _warned.add(why)
-            warnings.warn(f"robocache: nvJPEG's batched decode did not load ({why}); that "
-                          "share of each batch goes through nvImageCodec",
-                          stacklevel=2)  # fmt: skip
+        if why:
+            warn_once(f"robocache: nvJPEG's batched decode did not load ({why}); that share "
+                      "of each batch goes through nvImageCodec")  # fmt: skip
 
     @property
     def batched(self):

@@ -17,11 +17,14 @@ that is installed here:
   torchvision-cuda  the same with device="cuda" (nvJPEG);
   nvimgcodec        nvImageCodec's batched decode through its Python API
                     (hardware engines where the GPU has them, else CUDA);
-  robocache-gpu-hwX robocache's GPU decoder (nvJPEG and nvImageCodec driven
+  robocache-gpu-hwX[-hostY]
+                    robocache's GPU decoder (nvJPEG and nvImageCodec driven
                     from the extension, one native call a batch from the
                     bytes in host memory, as the sampler calls it), X the
-                    share of each batch given to the hardware engines, the
-                    rest to the CUDA decoder, each share in one call of
+                    share of each batch given to the hardware engines, Y
+                    the share decoded on the host's cores (libjpeg-turbo,
+                    into pinned memory, one copy to the GPU), the rest to
+                    the CUDA decoder, the GPU's shares each in one call of
                     nvJPEG's batched decode ("-unbatched": through
                     nvImageCodec, the CUDA decoder's a frame at a time).
 
@@ -34,7 +37,7 @@ its own with a CUDA stream of its own, while the main thread trains a
 ResNet-18 (torchvision) on 2 x 128 frames of the largest size a step, as a
 policy's step would run beside the sampler: the decoder's frames/s then,
 and the training step's time against the step alone. The sampler's queue
-(robocache-gpu-queue-hwX) decodes as fast as it can; with ``--rate`` it is
+(robocache-gpu-queue-hwX[-hostY]) decodes as fast as it can; with ``--rate`` it is
 also taken at that many frames a second, as a step demanding them would.
 """
 
@@ -55,7 +58,13 @@ from robocache.data.frames.decoders import host as host_decoder
 from robocache.data.frames.decoders import nvimgcodec as gpu_decoder
 from robocache.data.frames.encoding import pack_images
 
-HARDWARE_SHARES = (0.0, 0.5, 1.0)
+# (hardware engines, host) shares of each batch the GPU decoder is measured
+# at; the rest goes to nvJPEG's CUDA decoder.
+SHARES = ((0.0, 0.0), (0.5, 0.0), (1.0, 0.0), (0.0, 0.5), (0.0, 1.0))
+
+
+def _share_name(hardware, host):
+    return f"hw{hardware:g}" + (f"-host{host:g}" if host else "")
 
 
 def _pool_decode(decode_one, blobs, threads):
@@ -116,18 +125,18 @@ def decoders(threads):
     except ImportError:
         pass
     if gpu_decoder.unavailable() is None:
-        for share in HARDWARE_SHARES:
-            found[f"robocache-gpu-hw{share:g}"] = _robocache_gpu(share)
-        found["robocache-gpu-hw0-unbatched"] = _robocache_gpu(0.0, batched=False)
+        for hardware, host in SHARES:
+            found[f"robocache-gpu-{_share_name(hardware, host)}"] = _robocache_gpu(hardware, host)
+        found["robocache-gpu-hw0-unbatched"] = _robocache_gpu(0.0, 0.0, batched=False)
     return found
 
 
-def _robocache_gpu(share, batched=True):
+def _robocache_gpu(share, host_share, batched=True):
     """robocache's GPU decoder as the sampler calls it: the batch's bytes
     packed once (as a store holds them), then one native call a batch
     (``batched=False``: each share through nvImageCodec, not nvJPEG's
     batched decode)."""
-    decoder = gpu_decoder.GpuDecoder("cuda", share, batched=batched)
+    decoder = gpu_decoder.GpuDecoder("cuda", share, batched=batched, host_share=host_share)
     packed = {}
 
     def run(blobs, shape):
@@ -187,13 +196,12 @@ def beside_training(found, blobs, shape, seconds, say, rate=None):
     results = {}
     runs = {name: _calls(decode, blobs, shape) for name, decode in found.items()}
     if gpu_decoder.unavailable() is None:
-        for share in HARDWARE_SHARES:
-            runs[f"robocache-gpu-queue-hw{share:g}"] = _queue(share, blobs, shape)
+        for hardware, host in SHARES:
+            name = f"robocache-gpu-queue-{_share_name(hardware, host)}"
+            runs[name] = _queue(hardware, host, blobs, shape)
             if rate is not None:
-                runs[f"robocache-gpu-queue-hw{share:g}-at-{rate:g}"] = _queue(
-                    share, blobs, shape, rate=rate
-                )
-        runs["robocache-gpu-queue-hw0-unbatched"] = _queue(0.0, blobs, shape, batched=False)
+                runs[f"{name}-at-{rate:g}"] = _queue(hardware, host, blobs, shape, rate=rate)
+        runs["robocache-gpu-queue-hw0-unbatched"] = _queue(0.0, 0.0, blobs, shape, batched=False)
     for name, batches in runs.items():
         stop, count = threading.Event(), [0]
 
@@ -236,13 +244,13 @@ def _calls(decode, blobs, shape):
     return batches
 
 
-def _queue(share, blobs, shape, steps=100_000, ahead=3, rate=None, batched=True):
+def _queue(share, host_share, blobs, shape, steps=100_000, ahead=3, rate=None, batched=True):
     """Batches as the sampler's iteration gets them: a native queue decodes
     each step's frames ahead on threads of its own; the thread takes each
     step's table and releases it (two calls a batch) on a CUDA stream of its
     own, as the sampler's side stream does; with ``rate``, at most that many
     frames a second (a step's demand)."""
-    decoder = gpu_decoder.GpuDecoder("cuda", share, batched=batched)
+    decoder = gpu_decoder.GpuDecoder("cuda", share, batched=batched, host_share=host_share)
     values, sizes = pack_images(blobs)
     n = len(blobs)
     rows = torch.arange(1, n + 1).repeat(steps, 1)

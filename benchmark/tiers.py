@@ -182,7 +182,9 @@ def measure(args, folder, tier, policy_name, device, say, form="raw"):
     def batches():
         sampler = WindowSampler(
             store, DELTAS, batch_size=batch_size, images="float_chw", device=device, seed=1,
-            prefetch=args.prefetch, decoding=FrameDecoding(hardware_share=args.hardware_share),
+            prefetch=args.prefetch, decoding=FrameDecoding(
+                hardware_share=args.hardware_share, host_share=args.host_share
+            ),
         )  # fmt: skip
         return sampler_batches(sampler)
 
@@ -299,6 +301,10 @@ def main(argv=None):
     parser.add_argument(
         "--hardware-share", type=float,
         help="JPEG rows: the share of each batch the GPU decoder gives its hardware engines",
+    )  # fmt: skip
+    parser.add_argument(
+        "--host-share", type=float,
+        help="JPEG rows: the share of each batch the GPU decoder decodes on the host's cores",
     )  # fmt: skip
     parser.add_argument("--data", help="keep the stores here")
     parser.add_argument("--small", action="store_true", help="a smoke run")

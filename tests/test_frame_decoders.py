@@ -45,6 +45,11 @@ def test_frame_decoding_checks_its_arguments():
         (dict(threads=0), "threads must be an int >= 1"),
         (dict(hardware_share=1.5), r"hardware_share must be in \[0, 1\]"),
         (dict(hardware_share=True), r"hardware_share must be in \[0, 1\]"),
+        (dict(host_share=-0.1), r"host_share must be in \[0, 1\]"),
+        (
+            dict(hardware_share=0.5, host_share=0.75),
+            r"hardware_share \+ host_share must be at most",
+        ),
     ]:
         with pytest.raises(ValueError, match=match):
             FrameDecoding(**bad)
@@ -130,22 +135,37 @@ def _pillow(blobs, channels):
     return torch.from_numpy(np.stack(grey)).unsqueeze(-1)
 
 
-# The hardware engines decode as libjpeg-turbo does, but for a grey level in
-# upsampled chroma; nvJPEG's CUDA decoder (hardware_share < 1) is up to 3
-# grey levels off in colour, in few pixels.
-TOLERANCE = {0.0: 3, 0.5: 3, 1.0: 1}
 MEAN_TOLERANCE = 0.1
 
 
-def _assert_pixels_close(got, expected, hardware_share):
+def _tolerance(hardware_share, host_share):
+    """The host's share is libjpeg-turbo's pixels, as Pillow's; the hardware
+    engines' are those but for a grey level in upsampled chroma; nvJPEG's
+    CUDA decoder's are up to 3 grey levels off in colour, in few pixels."""
+    if host_share == 1.0:
+        return 0
+    return 1 if hardware_share + host_share == 1.0 else 3
+
+
+def _assert_pixels_close(got, expected, hardware_share, host_share=0.0):
     diff = (got.int() - expected.int()).abs()
-    assert diff.max() <= TOLERANCE[hardware_share], int(diff.max())
+    assert diff.max() <= _tolerance(hardware_share, host_share), int(diff.max())
     assert diff.double().mean() <= MEAN_TOLERANCE, float(diff.double().mean())
 
 
 @requires_gpu_decoder
 @pytest.mark.parametrize(
-    "hardware_share,batched", [(0.0, True), (0.0, False), (0.5, True), (1.0, True)]
+    "hardware_share,host_share,batched",
+    [
+        (0.0, 0.0, True),
+        (0.0, 0.0, False),
+        (0.5, 0.0, True),
+        (1.0, 0.0, True),
+        (0.0, 1.0, True),
+        (0.0, 0.5, True),
+        (0.25, 0.5, True),
+        (0.5, 0.5, True),
+    ],
 )
 @pytest.mark.parametrize(
     "height,width,channels,subsampling",
@@ -161,27 +181,30 @@ def _assert_pixels_close(got, expected, hardware_share):
     ],
 )
 def test_gpu_pixels_are_pillows_within_the_backends_tolerance(
-    height, width, channels, subsampling, hardware_share, batched
+    height, width, channels, subsampling, hardware_share, host_share, batched
 ):
     frames = _frames(12, height, width, channels)
     blobs = _blobs(frames, subsampling)
     encoding = FrameEncoding("jpeg", (height, width, channels), torch.uint8)
-    decoder = nvimgcodec.GpuDecoder("cuda", hardware_share, batched=batched)
+    decoder = nvimgcodec.GpuDecoder("cuda", hardware_share, batched=batched, host_share=host_share)
     assert decoder.batched == batched
-    got = decoder.decode(blobs, encoding).cpu()
-    expected = _pillow(blobs, channels)
-    assert got.shape == expected.shape
-    _assert_pixels_close(got, expected, hardware_share)
+    for _ in range(3):  # the host's pinned memory is reused only once copied
+        got = decoder.decode(blobs, encoding).cpu()
+        expected = _pillow(blobs, channels)
+        assert got.shape == expected.shape
+        _assert_pixels_close(got, expected, hardware_share, host_share)
 
 
 @requires_gpu_decoder
-@pytest.mark.parametrize("hardware_share", [0.0, 1.0])
+@pytest.mark.parametrize("hardware_share,host_share", [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0)])
 @pytest.mark.parametrize("damage", ["truncated", "not a jpeg"])
-def test_a_corrupt_frame_names_itself_and_the_next_batch_decodes(hardware_share, damage):
+def test_a_corrupt_frame_names_itself_and_the_next_batch_decodes(
+    hardware_share, host_share, damage
+):
     frames = _frames(6, 32, 40, 3)
     blobs = _blobs(frames, 2)
     encoding = FrameEncoding("jpeg", (32, 40, 3), torch.uint8)
-    decoder = nvimgcodec.GpuDecoder("cuda", hardware_share)
+    decoder = nvimgcodec.GpuDecoder("cuda", hardware_share, host_share=host_share)
     bad = list(blobs)
     bad[3] = {
         "truncated": bad[3][: len(bad[3]) // 3],
@@ -192,7 +215,7 @@ def test_a_corrupt_frame_names_itself_and_the_next_batch_decodes(hardware_share,
     torch.cuda.synchronize()  # no sticky CUDA error
     for _ in range(2):  # the next batches decode, as exactly as before
         got = decoder.decode(blobs, encoding).cpu()
-        _assert_pixels_close(got, _pillow(blobs, 3), hardware_share)
+        _assert_pixels_close(got, _pillow(blobs, 3), hardware_share, host_share)
 
 
 @requires_gpu_decoder
@@ -203,7 +226,7 @@ def test_a_batched_decode_that_does_not_load_warns_and_nvimgcodec_decodes(monkey
     monkeypatch.setattr(nvimgcodec, "_decoders", {})
     monkeypatch.setattr(nvimgcodec, "_warned", set())
     with pytest.warns(UserWarning, match="nvJPEG's batched decode did not load") as said:
-        decoder = nvimgcodec.GpuDecoder("cuda")
+        decoder = nvimgcodec.GpuDecoder("cuda", 0.0, host_share=0.0)
     assert missing in str(said[0].message)
     assert not decoder.batched
     blobs = _blobs(_frames(4, 32, 40, 3), 2)
@@ -212,13 +235,14 @@ def test_a_batched_decode_that_does_not_load_warns_and_nvimgcodec_decodes(monkey
 
 
 @requires_gpu_decoder
-def test_a_frame_of_another_size_than_its_streams_is_an_error():
+@pytest.mark.parametrize("host_share", [0.0, 1.0])
+def test_a_frame_of_another_size_than_its_streams_is_an_error(host_share):
     blobs = _blobs(_frames(2, 32, 40, 3), 0)
     encoding = FrameEncoding("jpeg", (32, 48, 3), torch.uint8)
     with pytest.raises(
         ValueError, match="frame 0: .* the image is 32x40; its frames' shape says 32x48"
     ):
-        nvimgcodec.GpuDecoder("cuda").decode(blobs, encoding)
+        nvimgcodec.GpuDecoder("cuda", host_share=host_share).decode(blobs, encoding)
 
 
 # -- the sampler's JPEG batches on the GPU ------------------------------------------
@@ -244,13 +268,18 @@ def _batches(sampler):
     return [{k: v.cpu().clone() for k, v in b.items()} for b in sampler]
 
 
-def _assert_close_to_host(gpu_batches, host_batches, hardware_share=nvimgcodec.HARDWARE_SHARE):
+def _assert_close_to_host(
+    gpu_batches,
+    host_batches,
+    hardware_share=nvimgcodec.HARDWARE_SHARE,
+    host_share=1.0 - nvimgcodec.HARDWARE_SHARE,
+):
     assert len(gpu_batches) == len(host_batches)
     for g, h in zip(gpu_batches, host_batches):
         assert g.keys() == h.keys()
         for name in g:
             if name == "cam":
-                _assert_pixels_close(g[name], h[name], hardware_share)
+                _assert_pixels_close(g[name], h[name], hardware_share, host_share)
             else:
                 assert torch.equal(g[name], h[name]), name
 
@@ -275,12 +304,12 @@ def test_sampler_jpeg_batches_on_the_gpu_match_the_host_decode(tmp_path, place):
 
 
 @requires_gpu_decoder
-@pytest.mark.parametrize("hardware_share", [0.0, 1.0])
-def test_sampler_jpeg_batches_draw_without_a_host_sync_and_under_load(hardware_share):
+@pytest.mark.parametrize("hardware_share,host_share", [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0)])
+def test_sampler_jpeg_batches_draw_without_a_host_sync_and_under_load(hardware_share, host_share):
     store = _jpeg_store().place({"cam": "pinned", "*": "cuda"})
     kw = dict(batch_size=8, seed=3, cuda_graph=False)
     host = _batches(WindowSampler(store, DELTAS, decoding=FrameDecoding(backend="host"), **kw))
-    decoding = FrameDecoding(hardware_share=hardware_share)
+    decoding = FrameDecoding(hardware_share=hardware_share, host_share=host_share)
     sampler = WindowSampler(store, DELTAS, decoding=decoding, **kw)
     busy = torch.randn(2048, 2048, device="cuda")
     torch.cuda.synchronize()
@@ -294,7 +323,8 @@ def test_sampler_jpeg_batches_draw_without_a_host_sync_and_under_load(hardware_s
             got.append({k: v.clone() for k, v in batch.items()})
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    _assert_close_to_host([{k: v.cpu() for k, v in b.items()} for b in got], host, hardware_share)
+    got = [{k: v.cpu() for k, v in b.items()} for b in got]
+    _assert_close_to_host(got, host, hardware_share, host_share)
 
 
 @requires_gpu_decoder

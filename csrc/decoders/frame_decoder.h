@@ -1,7 +1,7 @@
-// A batch of JPEG frames decoded on the GPU by nvJPEG and nvImageCodec,
-// split between the GPU's hardware JPEG engines and its CUDA decoder, into
-// device memory the caller owns: one native call a batch, no Python object
-// per frame.
+// A batch of JPEG frames decoded by nvJPEG and nvImageCodec, split between
+// the GPU's hardware JPEG engines, the host's cores (libjpeg-turbo, through
+// pinned memory) and the GPU's CUDA decoder, into device memory the caller
+// owns: one native call a batch, no Python object per frame.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -16,6 +16,7 @@
 
 #include "nvimgcodec_library.h"
 #include "nvjpeg_batched.h"
+#include "pinned_staging.h"
 
 namespace robocache::decoders {
 
@@ -43,11 +44,14 @@ class FrameDecoder : public torch::CustomClassHolder {
   // engines' and the CUDA decoder's ("": nvImageCodec takes them, the CUDA
   // decoder's a frame at a time);
   // device: the CUDA device; hardware_share: the share of each batch given
-  // to the hardware engines (0: the CUDA decoder alone); cpu_threads: the
-  // decoder's host threads (0: as many as the host has cores); options:
-  // nvImageCodec's decoder options ("" for its defaults).
+  // to the hardware engines; host_share: the share decoded on the host by
+  // libjpeg-turbo (nvImageCodec's CPU backend, on its threads) into pinned
+  // memory, then copied to the device; the rest goes to the CUDA decoder;
+  // cpu_threads: the decoder's host threads (0: as many as the host has
+  // cores); options: nvImageCodec's decoder options ("" for its defaults).
   FrameDecoder(std::string library, std::string nvjpeg_library, int64_t device,
-               double hardware_share, int64_t cpu_threads, std::string options);
+               double hardware_share, double host_share, int64_t cpu_threads,
+               std::string options);
   ~FrameDecoder() override;
 
   // rows (N,) of the frames (values, byte_offsets) hold, decoded into out
@@ -61,9 +65,9 @@ class FrameDecoder : public torch::CustomClassHolder {
   // Decodes `frames` in one call, ordered on `cuda_stream`: the decode
   // follows the work queued there before it, and work queued after it
   // follows the decode. Waits on the host for the decoder's host work
-  // (headers, submission to the engines), and where nvJPEG's batched decode
-  // does, for the device's part of it (the stream's work up to the decode
-  // included). Of several frames that do not decode, the first found is
+  // (headers, the host's share, submission to the engines), and where
+  // nvJPEG's batched decode does, for the device's part of it (the stream's
+  // work up to the decode included). Of several frames that do not decode, the first found is
   // returned, not always the lowest.
   FrameFailure run(const std::vector<FrameTarget>& frames, cudaStream_t cuda_stream);
 
@@ -78,7 +82,7 @@ class FrameDecoder : public torch::CustomClassHolder {
   bool uses_hardware() const { return uses_hardware_; }
   // Whether each share of a batch goes through nvJPEG's batched decode.
   bool uses_batched() const {
-    return (hardware_share_ == 1.0 || batched_cuda_ != nullptr) &&
+    return (!uses_cuda_ || batched_cuda_ != nullptr) &&
            (!uses_hardware_ || batched_hardware_ != nullptr);
   }
   // Why nvJPEG's batched decode, asked for, did not load ("" where it did,
@@ -102,10 +106,21 @@ class FrameDecoder : public torch::CustomClassHolder {
     }
   };
 
-  nvimgcodecDecoder_t make_decoder(nvimgcodecBackendKind_t kind);
+  nvimgcodecDecoder_t make_decoder(nvimgcodecBackendKind_t kind, const std::string& options);
   // nvImageCodec's handles for frame i (its header checked against its
-  // target); a failure where it cannot read the frame.
-  FrameFailure prepare(size_t i, const FrameTarget& frame, cudaStream_t cuda_stream);
+  // target), decoded into `host` (pinned memory) where given, else into its
+  // target; a failure where it cannot read the frame.
+  FrameFailure prepare(size_t i, const FrameTarget& frame, cudaStream_t cuda_stream,
+                       uint8_t* host = nullptr);
+  // The host's share (frames, in batch order) prepared and submitted to the
+  // host decoder, into staging_, as `part`.
+  FrameFailure submit_host_share(const std::vector<FrameTarget>& frames,
+                                 const std::vector<size_t>& share, cudaStream_t cuda_stream,
+                                 std::vector<Part>& part);
+  // The engines' and the CUDA decoder's shares (a channel count each).
+  FrameFailure decode_on_gpu(const std::vector<FrameTarget>& frames,
+                             const std::vector<size_t> (&engines_share)[2],
+                             const std::vector<size_t> (&cuda_share)[2], cudaStream_t cuda_stream);
   // The frames of `group` that `batched` can take, decoded in one call
   // (their statuses set); the others into `elsewhere`. A failure where a
   // frame's size is not its target's.
@@ -115,15 +130,21 @@ class FrameDecoder : public torch::CustomClassHolder {
   // nvJPEG's batched decode on the engines (`hardware`) or the SMs, or
   // nullptr where it does not load (why, into batched_error_).
   std::unique_ptr<BatchedJpeg> load_batched(bool hardware);
+  // Submits the parts, each as one call of its decoder (stopping at one
+  // that is refused).
+  nvimgcodecStatus_t submit_parts(std::vector<Part>& parts);
+  // Waits for the parts submitted, each frame's status into statuses_.
+  nvimgcodecStatus_t wait_parts(std::vector<Part>& parts);
   // Decodes the parts, each frame's status into statuses_.
   void decode_parts(std::vector<Part>& parts);
 
   const NvImgCodec& api_;
   std::string library_, nvjpeg_library_, options_, batched_error_;
   int64_t device_;
-  double hardware_share_;
+  double hardware_share_, host_share_;
   int64_t cpu_threads_;
   bool uses_hardware_ = false;
+  bool uses_cuda_ = true;  // whether the CUDA decoder has a share
   nvimgcodecInstance_t instance_ = nullptr;
   // Each batch's hardware share goes to the engines, the rest to nvJPEG's
   // CUDA decoder: each share in one call of nvJPEG's batched decode a
@@ -133,6 +154,10 @@ class FrameDecoder : public torch::CustomClassHolder {
   // decode.
   nvimgcodecDecoder_t hardware_decoder_ = nullptr;
   nvimgcodecDecoder_t cuda_decoder_ = nullptr;
+  // The host's share: libjpeg-turbo on nvImageCodec's threads, into
+  // staging_, copied to the device once decoded.
+  nvimgcodecDecoder_t host_decoder_ = nullptr;
+  PinnedStaging staging_;
   std::unique_ptr<BatchedJpeg> batched_hardware_, batched_cuda_;
   std::mutex siblings_mutex_;
   std::vector<c10::intrusive_ptr<FrameDecoder>> siblings_;
@@ -143,6 +168,9 @@ class FrameDecoder : public torch::CustomClassHolder {
   std::vector<const FrameTarget*> batched_targets_;
   std::vector<size_t> batched_frames_;
 };
+
+// Why a frame's image is not its target's size.
+std::string wrong_size(int64_t height, int64_t width, const FrameTarget& frame);
 
 // The checks both decode paths make of a stream's encoded bytes.
 void check_encoded(const at::Tensor& values, const at::Tensor& byte_offsets, const char* where);

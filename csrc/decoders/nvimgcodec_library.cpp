@@ -125,4 +125,9 @@ std::string processing_status_name(nvimgcodecProcessingStatus_t status) {
   return name_of(kProcessingStatuses, status);
 }
 
+void check_status(nvimgcodecStatus_t status, const char* what) {
+  ROBOCACHE_CHECK(status == NVIMGCODEC_STATUS_SUCCESS, "robocache: nvImageCodec's ", what,
+                  " failed: ", status_name(status));
+}
+
 }  // namespace robocache::decoders

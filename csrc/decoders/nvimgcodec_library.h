@@ -31,6 +31,19 @@ struct NvImgCodec {
   static const NvImgCodec& load(const std::string& path);
 };
 
+// One of nvImageCodec's structures, its type and size filled in.
+template <typename T>
+T described(nvimgcodecStructureType_t type) {
+  T value{};
+  value.struct_type = type;
+  value.struct_size = sizeof(T);
+  value.struct_next = nullptr;
+  return value;
+}
+
+// Throws, naming `what` and the status, unless the status is success.
+void check_status(nvimgcodecStatus_t status, const char* what);
+
 // "NVIMGCODEC_STATUS_BAD_CODESTREAM (3)" and the like.
 std::string status_name(nvimgcodecStatus_t status);
 // "IMAGE_CORRUPTED" and the like, for a decode's per-image processing status.

@@ -10,7 +10,7 @@ using robocache::decoders::FrameQueue;
 
 TORCH_LIBRARY_FRAGMENT(robocache, m) {
   m.class_<FrameDecoder>("FrameDecoder")
-      .def(torch::init<std::string, std::string, int64_t, double, int64_t, std::string>())
+      .def(torch::init<std::string, std::string, int64_t, double, double, int64_t, std::string>())
       .def("decode", &FrameDecoder::decode)
       .def("uses_batched",
            [](const c10::intrusive_ptr<FrameDecoder>& self) { return self->uses_batched(); })

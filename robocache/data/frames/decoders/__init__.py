@@ -30,28 +30,30 @@ class FrameDecoding:
             warning naming the extra), ``"host"`` or ``"nvimgcodec"``. PNG
             frames and ``idct="fast"`` always decode on the host.
         idct: JPEG's inverse DCT: ``"accurate"`` (libjpeg-turbo's default, as
-            Pillow and torchvision decode; on the GPU, the hardware engines'
-            pixels are its but for a grey level in upsampled chroma,
-            nvJPEG's CUDA decoder's within 3 grey levels) or ``"fast"``
-            (libjpeg's fast integer IDCT, TensorFlow's ``decode_jpeg``
-            default, with which
-            TFDS pipelines decode: the same pixels; on the host, and needs
-            simplejpeg).
+            Pillow and torchvision decode) or ``"fast"`` (libjpeg's fast
+            integer IDCT, TensorFlow's ``decode_jpeg`` default, with which
+            TFDS pipelines decode: the same pixels; on the host path, and
+            needs simplejpeg).
         threads: the decoder's host threads (default: the CPUs this process
             may use, at most 16 on the host path; one per core for the GPU
-            decoder's host work).
+            decoder's).
         hardware_share: the share of each batch the GPU decoder gives to the
             GPU's hardware JPEG engines, 0 to 1 (default
-            ``nvimgcodec.HARDWARE_SHARE``, 0: the one that kept a training
-            step fastest); the rest goes to nvJPEG's CUDA decoder. 1 gives
-            libjpeg-turbo's pixels, but for a grey level in upsampled
-            chroma.
+            ``nvimgcodec.HARDWARE_SHARE``, 0): libjpeg-turbo's pixels but for
+            a grey level in upsampled chroma.
+        host_share: the share the GPU decoder decodes on the host's cores
+            with libjpeg-turbo (Pillow's pixels) into pinned memory, copied
+            to the GPU in one call a batch (default: all the engines do not
+            take, which kept a training step fastest). The rest goes to
+            nvJPEG's CUDA decoder, whose pixels are up to 3 grey levels off
+            in colour. ``hardware_share + host_share`` is at most 1.
     """
 
     backend: str = "auto"
     idct: str = "accurate"
     threads: int = None
     hardware_share: float = None
+    host_share: float = None
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -67,11 +69,19 @@ class FrameDecoding:
             isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
         ):
             raise ValueError(f"FrameDecoding: threads must be an int >= 1; got {threads!r}")
-        share = self.hardware_share
-        if share is not None and (
-            isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1
-        ):
-            raise ValueError(f"FrameDecoding: hardware_share must be in [0, 1]; got {share!r}")
+        for name in ("hardware_share", "host_share"):
+            share = getattr(self, name)
+            if share is not None and (
+                isinstance(share, bool) or not isinstance(share, (int, float))
+                or not 0 <= share <= 1
+            ):  # fmt: skip
+                raise ValueError(f"FrameDecoding: {name} must be in [0, 1]; got {share!r}")
+        shares = (self.hardware_share or 0) + (self.host_share or 0)
+        if shares > 1:
+            raise ValueError(
+                "FrameDecoding: hardware_share + host_share must be at most 1; got "
+                f"{self.hardware_share!r} + {self.host_share!r}"
+            )
 
     def backend_for(self, codec, device):
         """The backend that decodes frames of ``codec`` whose batches go to
@@ -104,7 +114,10 @@ def decoder_for(decoding, codec, device):
     the host decodes."""
     if decoding.backend_for(codec, device) == "nvimgcodec":
         try:
-            return nvimgcodec.GpuDecoder(device, decoding.hardware_share, decoding.threads)
+            return nvimgcodec.GpuDecoder(
+                device, decoding.hardware_share, decoding.threads,
+                host_share=decoding.host_share,
+            )  # fmt: skip
         except RuntimeError as e:
             if decoding.backend != "auto":
                 raise

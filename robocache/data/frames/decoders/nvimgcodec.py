@@ -1,20 +1,29 @@
-"""The GPU decoder: JPEG frames decoded by nvJPEG and nvImageCodec (the
-optional extra ``robocache[nvimgcodec]``), driven from robocache's
-extension: one native call a batch, no Python object per frame, its host
-work on native threads without the GIL. Each batch is split between the
-GPU's hardware JPEG engines (NVJPG: no SMs) and nvJPEG's CUDA decoder. Each
-share goes in one call of nvJPEG's batched decode (the CUDA decoder's with
-its Huffman decoding on the GPU too), loaded from beside nvImageCodec, each
-frame's header read by nvJPEG first and its size checked. Where that does
-not load (a GPU without the engines, for their share), or a frame or batch
-is refused (cut short, not supported, corrupt), nvImageCodec decodes the
-frames, the CUDA decoder's a frame at a time, and names any that does not
-decode.
+"""The GPU decoder: JPEG frames decoded into GPU memory by libjpeg-turbo,
+nvJPEG and nvImageCodec (the optional extra ``robocache[nvimgcodec]``),
+driven from robocache's extension: one native call a batch, no Python
+object per frame, its host work on native threads without the GIL. Each
+batch is split three ways:
+
+- the host's share: libjpeg-turbo (nvImageCodec's CPU backend, on its own
+  threads: Pillow's pixels) into pinned memory, copied to the GPU in one
+  call where the frames' places lie end to end (by default, every frame the
+  engines do not take);
+- the hardware engines' share (NVJPG: no SMs), in one call of nvJPEG's
+  batched decode;
+- nvJPEG's CUDA decoder, the rest, in one call of its batched decode
+  (Huffman decoding on the GPU too).
+
+nvJPEG reads each GPU frame's header first and its size is checked. Where
+nvJPEG's batched decode does not load (a GPU without the engines, for their
+share), or a frame or batch is refused (cut short, not supported,
+corrupt), nvImageCodec decodes the frames, the CUDA decoder's a frame at a
+time, and names any that does not decode.
 
 The hardware engines write their output as soon as they are called,
-whatever the CUDA stream they are handed has queued: the decoder therefore
-waits on the host until the memory it writes is free, on its own thread
-where it decodes ahead (``FrameQueue``), on the caller's in ``decode``."""
+whatever the CUDA stream they are handed has queued: with them the decoder
+therefore waits on the host until the memory it writes is free, on its own
+thread where it decodes ahead (``FrameQueue``), on the caller's in
+``decode``."""
 
 import contextlib
 import os
@@ -25,12 +34,11 @@ import torch
 
 from ..encoding import pack_images
 
-# The share of each batch given to the hardware engines, by default: none.
-# Beside a training step nvJPEG's CUDA decoder kept the step faster than the
-# engines did (docs/benchmarks.md), though its pixels differ from
-# libjpeg-turbo's by up to 3 grey levels in colour, where the engines'
-# (accurate IDCT, fancy upsampling) are libjpeg-turbo's but for a grey level
-# in upsampled chroma.
+# The share of each batch given to the hardware engines, by default: none;
+# the host's share, by default: the rest. Beside a training step, the host's
+# cores kept the step fastest (docs/benchmarks.md), with libjpeg-turbo's
+# pixels; the engines' are those but for a grey level in upsampled chroma,
+# nvJPEG's CUDA decoder's up to 3 grey levels off in colour.
 HARDWARE_SHARE = 0.0
 EXTRA = "pip install robocache[nvimgcodec]"
 # A queue's threads, each with its own decoder, taking the steps in turn.
@@ -95,8 +103,10 @@ def unavailable():
 
 class GpuDecoder:
     """JPEG frames decoded on ``device`` (see the module). ``hardware_share``:
-    the share of each batch given to the hardware engines (0: nvJPEG's CUDA
-    decoder alone); ``threads``: the decoder's host threads (None: one per
+    the share of each batch given to the hardware engines (0: none);
+    ``host_share``: the share decoded on the host's cores (None: all the
+    engines do not take); the rest goes to nvJPEG's CUDA decoder;
+    ``threads``: the decoder's host threads (None: one per
     core); ``options``: nvImageCodec's decoder options (its defaults: "");
     ``batched``: each share of a batch in one call of nvJPEG's batched
     decode (where it loads, else with a warning through nvImageCodec; its
@@ -106,7 +116,13 @@ class GpuDecoder:
     backend = "nvimgcodec"
 
     def __init__(
-        self, device, hardware_share=HARDWARE_SHARE, threads=None, options="", batched=True
+        self,
+        device,
+        hardware_share=HARDWARE_SHARE,
+        threads=None,
+        options="",
+        batched=True,
+        host_share=None,
     ):
         why = unavailable()
         if why is not None:
@@ -114,12 +130,13 @@ class GpuDecoder:
         self.device = torch.device(device)
         index = self.device.index if self.device.index is not None else torch.cuda.current_device()
         self.device = torch.device("cuda", index)
-        self.hardware_share = HARDWARE_SHARE if hardware_share is None else hardware_share
-        key = (index, float(self.hardware_share), threads or 0, options, bool(batched))
+        self.hardware_share = float(HARDWARE_SHARE if hardware_share is None else hardware_share)
+        self.host_share = float(1.0 - self.hardware_share if host_share is None else host_share)
+        key = (index, self.hardware_share, self.host_share, threads or 0, options, bool(batched))
         if key not in _decoders:  # one a device and setting: its engines and threads are kept
             library, nvjpeg = library_paths()
             _decoders[key] = torch.classes.robocache.FrameDecoder(
-                library, nvjpeg if batched else "", index, float(self.hardware_share),
+                library, nvjpeg if batched else "", index, self.hardware_share, self.host_share,
                 threads or 0, options,
             )  # fmt: skip
         self.native = _decoders[key]

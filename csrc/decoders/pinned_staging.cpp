@@ -1,0 +1,53 @@
+#include "pinned_staging.h"
+
+#include <ATen/core/CachingHostAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "frame_decoder.h"
+
+namespace robocache::decoders {
+
+size_t pixel_bytes(const FrameTarget& frame) {
+  return static_cast<size_t>(frame.height * frame.width * frame.channels);
+}
+
+void PinnedStaging::reserve(const std::vector<const FrameTarget*>& frames, int64_t device) {
+  frames_ = frames;
+  device_ = device;
+  offsets_.assign(frames.size(), 0);
+  size_t total = 0;
+  for (size_t j = 0; j < frames.size(); ++j) {
+    offsets_[j] = total;
+    total += pixel_bytes(*frames[j]);
+  }
+  // A new block: the last one goes back to the allocator, which hands it
+  // out again only once its copies are done.
+  block_ = at::getHostAllocator(at::kCUDA)->allocate(total);
+  base_ = static_cast<uint8_t*>(block_.get());
+}
+
+void PinnedStaging::copy(cudaStream_t cuda_stream) {
+  size_t j = 0;
+  while (j < frames_.size()) {
+    // The run of frames whose targets lie end to end, as their pixels do here.
+    uint8_t* out = frames_[j]->out;
+    size_t bytes = pixel_bytes(*frames_[j]);
+    size_t next = j + 1;
+    while (next < frames_.size() && frames_[next]->out == out + bytes) {
+      bytes += pixel_bytes(*frames_[next]);
+      ++next;
+    }
+    C10_CUDA_CHECK(
+        cudaMemcpyAsync(out, host(j), bytes, cudaMemcpyHostToDevice, cuda_stream));
+    j = next;
+  }
+  if (block_.get() != nullptr) {
+    auto stream = c10::cuda::getStreamFromExternal(cuda_stream,
+                                                   static_cast<c10::DeviceIndex>(device_));
+    at::getHostAllocator(at::kCUDA)->record_event(block_.get(), block_.get_context(),
+                                                  stream.unwrap());
+  }
+}
+
+}  // namespace robocache::decoders

@@ -40,11 +40,11 @@ FrameDecoder::FrameDecoder(std::string library, std::string nvjpeg_library, int6
       hardware_share_(hardware_share),
       host_share_(host_share),
       cpu_threads_(cpu_threads) {
-  ROBOCACHE_CHECK_VALUE(hardware_share >= 0.0 && host_share >= 0.0 &&
-                            hardware_share + host_share <= 1.0,
-                        "FrameDecoder: hardware_share and host_share must be >= 0, their sum "
-                        "at most 1; got ",
-                        hardware_share, " and ", host_share);
+  ROBOCACHE_CHECK_VALUE(
+      hardware_share >= 0.0 && host_share >= 0.0 && hardware_share + host_share <= 1.0,
+      "FrameDecoder: hardware_share and host_share must be >= 0, their sum "
+      "at most 1; got ",
+      hardware_share, " and ", host_share);
   ROBOCACHE_CHECK_VALUE(cpu_threads >= 0, "FrameDecoder: cpu_threads must be >= 0; got ",
                         cpu_threads);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
@@ -191,8 +191,8 @@ FrameFailure FrameDecoder::decode_on_gpu(const std::vector<FrameTarget>& frames,
   for (int g = 0; g < 2; ++g) {
     const int64_t channels = g == 0 ? 1 : 3;
     std::vector<size_t> engines = engines_share[g], cuda = cuda_share[g];
-    for (auto [share, batched] : {std::pair{&engines, batched_hardware_.get()},
-                                  std::pair{&cuda, batched_cuda_.get()}}) {
+    for (auto [share, batched] :
+         {std::pair{&engines, batched_hardware_.get()}, std::pair{&cuda, batched_cuda_.get()}}) {
       if (batched == nullptr || share->empty()) {
         continue;
       }
@@ -207,8 +207,7 @@ FrameFailure FrameDecoder::decode_on_gpu(const std::vector<FrameTarget>& frames,
       cuda.insert(cuda.end(), elsewhere.begin(), elsewhere.end());
     }
     Part engines_part{hardware_decoder_}, cuda_part{cuda_decoder_};
-    for (auto [share, part] :
-         {std::pair{&engines, &engines_part}, std::pair{&cuda, &cuda_part}}) {
+    for (auto [share, part] : {std::pair{&engines, &engines_part}, std::pair{&cuda, &cuda_part}}) {
       for (size_t i : *share) {
         FrameFailure failure = prepare(i, frames[i], cuda_stream);
         if (failure.index >= 0) {
@@ -267,11 +266,12 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
       }
     }
     const double size = static_cast<double>(group.size());
-    const size_t engines = uses_hardware_ ? static_cast<size_t>(std::llround(hardware_share_ * size)) : 0;
-    const size_t host =
-        !uses_cuda_ ? group.size() - engines
-                    : std::min(group.size() - engines,
-                               static_cast<size_t>(std::llround(host_share_ * size)));
+    const size_t engines =
+        uses_hardware_ ? static_cast<size_t>(std::llround(hardware_share_ * size)) : 0;
+    const size_t host = !uses_cuda_
+                            ? group.size() - engines
+                            : std::min(group.size() - engines,
+                                       static_cast<size_t>(std::llround(host_share_ * size)));
     engines_share[g].assign(group.begin(), group.begin() + engines);
     host_share.insert(host_share.end(), group.begin() + engines, group.begin() + engines + host);
     cuda_share[g].assign(group.begin() + engines + host, group.end());

@@ -50,8 +50,7 @@ class FrameDecoder : public torch::CustomClassHolder {
   // cpu_threads: the decoder's host threads (0: as many as the host has
   // cores); options: nvImageCodec's decoder options ("" for its defaults).
   FrameDecoder(std::string library, std::string nvjpeg_library, int64_t device,
-               double hardware_share, double host_share, int64_t cpu_threads,
-               std::string options);
+               double hardware_share, double host_share, int64_t cpu_threads, std::string options);
   ~FrameDecoder() override;
 
   // rows (N,) of the frames (values, byte_offsets) hold, decoded into out

@@ -62,7 +62,7 @@ nvimgcodecDecoder_t FrameDecoder::make_decoder(nvimgcodecBackendKind_t kind,
 nvimgcodecStatus_t FrameDecoder::submit_parts(std::vector<Part>& parts) {
   auto params = described<nvimgcodecDecodeParams_t>(NVIMGCODEC_STRUCTURE_TYPE_DECODE_PARAMS);
   params.apply_exif_orientation = 0;  // the pixels as stored, as the host decoders give them
-  for (auto& part : parts) {  // every part submitted before any is waited for
+  for (auto& part : parts) {          // every part submitted before any is waited for
     auto submitted =
         api_.DecoderDecode(part.decoder, part.code_streams.data(), part.images.data(),
                            static_cast<int>(part.frames.size()), &params, &part.future);

@@ -38,13 +38,12 @@ void PinnedStaging::copy(cudaStream_t cuda_stream) {
       bytes += pixel_bytes(*frames_[next]);
       ++next;
     }
-    C10_CUDA_CHECK(
-        cudaMemcpyAsync(out, host(j), bytes, cudaMemcpyHostToDevice, cuda_stream));
+    C10_CUDA_CHECK(cudaMemcpyAsync(out, host(j), bytes, cudaMemcpyHostToDevice, cuda_stream));
     j = next;
   }
   if (block_.get() != nullptr) {
-    auto stream = c10::cuda::getStreamFromExternal(cuda_stream,
-                                                   static_cast<c10::DeviceIndex>(device_));
+    auto stream =
+        c10::cuda::getStreamFromExternal(cuda_stream, static_cast<c10::DeviceIndex>(device_));
     at::getHostAllocator(at::kCUDA)->record_event(block_.get(), block_.get_context(),
                                                   stream.unwrap());
   }

@@ -55,6 +55,12 @@ def test_frame_decoding_checks_its_arguments():
             FrameDecoding(**bad)
 
 
+def test_the_gpu_decoder_checks_its_shares_before_it_starts():
+    for hardware_share, host_share in [(0.5, 0.75), (-0.5, None), (0.0, 1.5)]:
+        with pytest.raises(ValueError, match="hardware_share and host_share must be >= 0"):
+            nvimgcodec.GpuDecoder("cuda", hardware_share, host_share=host_share)
+
+
 def test_auto_decodes_on_the_host_off_the_gpu_and_for_png_or_the_fast_idct():
     auto = FrameDecoding()
     assert auto.backend_for("jpeg", "cpu") == "host"
@@ -188,11 +194,26 @@ def test_gpu_pixels_are_pillows_within_the_backends_tolerance(
     encoding = FrameEncoding("jpeg", (height, width, channels), torch.uint8)
     decoder = nvimgcodec.GpuDecoder("cuda", hardware_share, batched=batched, host_share=host_share)
     assert decoder.batched == batched
-    for _ in range(3):  # the host's pinned memory is reused only once copied
-        got = decoder.decode(blobs, encoding).cpu()
-        expected = _pillow(blobs, channels)
-        assert got.shape == expected.shape
-        _assert_pixels_close(got, expected, hardware_share, host_share)
+    got = decoder.decode(blobs, encoding).cpu()
+    expected = _pillow(blobs, channels)
+    assert got.shape == expected.shape
+    _assert_pixels_close(got, expected, hardware_share, host_share)
+
+
+@requires_gpu_decoder
+def test_the_host_shares_pinned_memory_is_reused_only_once_copied():
+    # Batches decoded behind a busy CUDA stream: each batch's pixels wait in
+    # pinned memory for their copy, and the next batches must not overwrite
+    # them there.
+    encoding = FrameEncoding("jpeg", (32, 40, 3), torch.uint8)
+    decoder = nvimgcodec.GpuDecoder("cuda", 0.0, host_share=1.0)
+    batches = [_blobs(_frames(6, 32, 40, 3, seed=k), 2) for k in range(4)]
+    decoder.decode(batches[0], encoding)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(50_000_000)  # the copies queue behind this
+    outs = [decoder.decode(blobs, encoding) for blobs in batches]
+    for out, blobs in zip(outs, batches):
+        _assert_pixels_close(out.cpu(), _pillow(blobs, 3), 0.0, 1.0)
 
 
 @requires_gpu_decoder

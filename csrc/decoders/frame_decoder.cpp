@@ -6,6 +6,7 @@
 
 #include <robocache/error.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace robocache::decoders {
@@ -68,7 +69,7 @@ FrameDecoder::FrameDecoder(std::string library, std::string nvjpeg_library, int6
       host_decoder_ = make_decoder(NVIMGCODEC_BACKEND_KIND_CPU_ONLY, options_ + kHostOptions);
     }
   } catch (...) {
-    for (auto decoder : {cuda_decoder_, hardware_decoder_}) {
+    for (auto decoder : {cuda_decoder_, hardware_decoder_, host_decoder_}) {
       if (decoder != nullptr) {
         api_.DecoderDestroy(decoder);
       }
@@ -162,11 +163,11 @@ FrameFailure FrameDecoder::decode_batched(BatchedJpeg& batched,
 FrameFailure FrameDecoder::submit_host_share(const std::vector<FrameTarget>& frames,
                                              const std::vector<size_t>& share,
                                              cudaStream_t cuda_stream, std::vector<Part>& part) {
-  batched_targets_.clear();
+  host_targets_.clear();
   for (size_t i : share) {
-    batched_targets_.push_back(&frames[i]);
+    host_targets_.push_back(&frames[i]);
   }
-  staging_.reserve(batched_targets_, device_);
+  staging_.reserve(host_targets_, device_);
   part.assign(1, Part{host_decoder_});
   for (size_t j = 0; j < share.size(); ++j) {
     FrameFailure failure = prepare(share[j], frames[share[j]], cuda_stream, staging_.host(j));

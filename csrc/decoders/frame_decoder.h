@@ -79,9 +79,10 @@ class FrameDecoder : public torch::CustomClassHolder {
   // as they are called, ignoring the work queued on the stream they are
   // given, so their output memory must be free on the host's word.
   bool uses_hardware() const { return uses_hardware_; }
-  // Whether each share of a batch goes through nvJPEG's batched decode.
+  // Whether nvJPEG's batched decode was asked for, and takes each of the
+  // GPU's shares (none goes through nvImageCodec).
   bool uses_batched() const {
-    return (!uses_cuda_ || batched_cuda_ != nullptr) &&
+    return !nvjpeg_library_.empty() && (!uses_cuda_ || batched_cuda_ != nullptr) &&
            (!uses_hardware_ || batched_hardware_ != nullptr);
   }
   // Why nvJPEG's batched decode, asked for, did not load ("" where it did,
@@ -97,10 +98,10 @@ class FrameDecoder : public torch::CustomClassHolder {
     std::vector<nvimgcodecCodeStream_t> code_streams{};
     std::vector<nvimgcodecImage_t> images{};
     nvimgcodecFuture_t future = nullptr;
-    void add(size_t i, const std::vector<nvimgcodecCodeStream_t>& all_streams,
+    void add(size_t i, const std::vector<nvimgcodecCodeStream_t>& all_code_streams,
              const std::vector<nvimgcodecImage_t>& all_images) {
       frames.push_back(i);
-      code_streams.push_back(all_streams[i]);
+      code_streams.push_back(all_code_streams[i]);
       images.push_back(all_images[i]);
     }
   };
@@ -145,10 +146,11 @@ class FrameDecoder : public torch::CustomClassHolder {
   bool uses_hardware_ = false;
   bool uses_cuda_ = true;  // whether the CUDA decoder has a share
   nvimgcodecInstance_t instance_ = nullptr;
-  // Each batch's hardware share goes to the engines, the rest to nvJPEG's
-  // CUDA decoder: each share in one call of nvJPEG's batched decode a
-  // channel count (batched_hardware_, batched_cuda_) where it loads, else
-  // through nvImageCodec. What the batched decode refuses, or the engines
+  // Each batch's hardware share goes to the engines, its host share to the
+  // host's cores, the rest to nvJPEG's CUDA decoder: the GPU's shares each
+  // in one call of nvJPEG's batched decode a channel count
+  // (batched_hardware_, batched_cuda_) where it loads, else through
+  // nvImageCodec. What the batched decode refuses, or the engines
   // do not decode, goes to cuda_decoder_, which names a frame that does not
   // decode.
   nvimgcodecDecoder_t hardware_decoder_ = nullptr;
@@ -164,7 +166,7 @@ class FrameDecoder : public torch::CustomClassHolder {
   std::vector<nvimgcodecCodeStream_t> code_streams_;
   std::vector<nvimgcodecImage_t> images_;
   std::vector<nvimgcodecProcessingStatus_t> statuses_;
-  std::vector<const FrameTarget*> batched_targets_;
+  std::vector<const FrameTarget*> batched_targets_, host_targets_;
   std::vector<size_t> batched_frames_;
 };
 

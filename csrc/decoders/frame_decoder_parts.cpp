@@ -47,7 +47,10 @@ nvimgcodecDecoder_t FrameDecoder::make_decoder(nvimgcodecBackendKind_t kind,
   backend.params.load_hint_policy = NVIMGCODEC_LOAD_HINT_POLICY_FIXED;
   std::vector<nvimgcodecBackend_t> backends{backend};
   auto exec = described<nvimgcodecExecutionParams_t>(NVIMGCODEC_STRUCTURE_TYPE_EXECUTION_PARAMS);
-  exec.device_id = static_cast<int>(device_);
+  // The host's decoder touches no device: nvImageCodec then queues no work
+  // of its own on the frames' CUDA stream.
+  exec.device_id = kind == NVIMGCODEC_BACKEND_KIND_CPU_ONLY ? NVIMGCODEC_DEVICE_CPU_ONLY
+                                                            : static_cast<int>(device_);
   exec.max_num_cpu_threads = static_cast<int>(cpu_threads_);
   exec.pre_init = 1;
   exec.num_backends = static_cast<int>(backends.size());

@@ -28,6 +28,14 @@ void PinnedStaging::reserve(const std::vector<const FrameTarget*>& frames, int64
 }
 
 void PinnedStaging::copy(cudaStream_t cuda_stream) {
+  if (block_.get() != nullptr) {
+    // The allocator records its event on this CUDA stream when the block
+    // goes back to it, below: right after the copies.
+    auto copying =
+        c10::cuda::getStreamFromExternal(cuda_stream, static_cast<c10::DeviceIndex>(device_));
+    at::getHostAllocator(at::kCUDA)->record_event(block_.get(), block_.get_context(),
+                                                  copying.unwrap());
+  }
   size_t j = 0;
   while (j < frames_.size()) {
     // The run of frames whose targets lie end to end, as their pixels do here.
@@ -41,12 +49,9 @@ void PinnedStaging::copy(cudaStream_t cuda_stream) {
     C10_CUDA_CHECK(cudaMemcpyAsync(out, host(j), bytes, cudaMemcpyHostToDevice, cuda_stream));
     j = next;
   }
-  if (block_.get() != nullptr) {
-    auto stream =
-        c10::cuda::getStreamFromExternal(cuda_stream, static_cast<c10::DeviceIndex>(device_));
-    at::getHostAllocator(at::kCUDA)->record_event(block_.get(), block_.get_context(),
-                                                  stream.unwrap());
-  }
+  block_.clear();
+  base_ = nullptr;
+  frames_.clear();
 }
 
 }  // namespace robocache::decoders

@@ -19,12 +19,14 @@ struct FrameTarget;
 class PinnedStaging {
  public:
   // Room for the pixels of `frames`, in order (each frame's target is its
-  // device memory and size); the room of the last call may still be in use
-  // by its copies, and is not touched.
+  // device memory and size); room still held from a call not copied goes
+  // back to the allocator.
   void reserve(const std::vector<const FrameTarget*>& frames, int64_t device);
   // Where the j-th frame's pixels go on the host.
   uint8_t* host(size_t j) const { return base_ + offsets_[j]; }
-  // Each frame's pixels copied to its target, ordered on `cuda_stream`.
+  // Each frame's pixels copied to its target, ordered on `cuda_stream`; the
+  // room goes back to the allocator, which reuses it once the copies are
+  // done.
   void copy(cudaStream_t cuda_stream);
 
  private:

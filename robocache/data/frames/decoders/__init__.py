@@ -43,8 +43,9 @@ class FrameDecoding:
             a grey level in upsampled chroma.
         host_share: the share the GPU decoder decodes on the host's cores
             with libjpeg-turbo (Pillow's pixels) into pinned memory, copied
-            to the GPU in one call a batch (default: all the engines do not
-            take, which kept a training step fastest). The rest goes to
+            to the GPU a call for each run of frames whose places there lie
+            end to end, one a key (default: all the engines do not take,
+            which kept a training step fastest). The rest goes to
             nvJPEG's CUDA decoder, whose pixels are up to 3 grey levels off
             in colour. ``hardware_share + host_share`` is at most 1.
     """

@@ -108,7 +108,7 @@ class GpuDecoder:
     engines do not take); the rest goes to nvJPEG's CUDA decoder;
     ``threads``: the decoder's host threads (None: one per
     core); ``options``: nvImageCodec's decoder options (its defaults: "");
-    ``batched``: each share of a batch in one call of nvJPEG's batched
+    ``batched``: each of the GPU's shares in one call of nvJPEG's batched
     decode (where it loads, else with a warning through nvImageCodec; its
     misses and failures go through nvImageCodec, which names a frame that
     does not decode)."""
@@ -124,14 +124,20 @@ class GpuDecoder:
         batched=True,
         host_share=None,
     ):
+        self.hardware_share = float(HARDWARE_SHARE if hardware_share is None else hardware_share)
+        self.host_share = float(1.0 - self.hardware_share if host_share is None else host_share)
+        if not (0 <= self.hardware_share and 0 <= self.host_share
+                and self.hardware_share + self.host_share <= 1):  # fmt: skip
+            raise ValueError(
+                "GpuDecoder: hardware_share and host_share must be >= 0, their sum at most 1; "
+                f"got {hardware_share!r} and {host_share!r}"
+            )
         why = unavailable()
         if why is not None:
             raise RuntimeError(f"robocache: the nvimgcodec frame decoder cannot run: {why}")
         self.device = torch.device(device)
         index = self.device.index if self.device.index is not None else torch.cuda.current_device()
         self.device = torch.device("cuda", index)
-        self.hardware_share = float(HARDWARE_SHARE if hardware_share is None else hardware_share)
-        self.host_share = float(1.0 - self.hardware_share if host_share is None else host_share)
         key = (index, self.hardware_share, self.host_share, threads or 0, options, bool(batched))
         if key not in _decoders:  # one a device and setting: its engines and threads are kept
             library, nvjpeg = library_paths()

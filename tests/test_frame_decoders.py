@@ -56,8 +56,13 @@ def test_frame_decoding_checks_its_arguments():
 
 
 def test_the_gpu_decoder_checks_its_shares_before_it_starts():
-    for hardware_share, host_share in [(0.5, 0.75), (-0.5, None), (0.0, 1.5)]:
-        with pytest.raises(ValueError, match="hardware_share and host_share must be >= 0"):
+    for hardware_share, host_share, match in [
+        (0.5, 0.75, r"GpuDecoder: hardware_share \+ host_share must be at most 1"),
+        (-0.5, None, r"GpuDecoder: hardware_share must be in \[0, 1\]"),
+        (0.0, 1.5, r"GpuDecoder: host_share must be in \[0, 1\]"),
+        (True, None, r"GpuDecoder: hardware_share must be in \[0, 1\]"),
+    ]:
+        with pytest.raises(ValueError, match=match):
             nvimgcodec.GpuDecoder("cuda", hardware_share, host_share=host_share)
 
 

@@ -69,13 +69,21 @@ FrameDecoder::FrameDecoder(std::string library, std::string nvjpeg_library, int6
       host_decoder_ = make_decoder(NVIMGCODEC_BACKEND_KIND_CPU_ONLY, options_ + kHostOptions);
     }
   } catch (...) {
-    for (auto decoder : {cuda_decoder_, hardware_decoder_, host_decoder_}) {
-      if (decoder != nullptr) {
-        api_.DecoderDestroy(decoder);
-      }
-    }
-    api_.InstanceDestroy(instance_);
+    destroy_decoders();
     throw;
+  }
+}
+
+void FrameDecoder::destroy_decoders() {
+  for (auto* decoder : {&hardware_decoder_, &cuda_decoder_, &host_decoder_}) {
+    if (*decoder != nullptr) {
+      api_.DecoderDestroy(*decoder);
+      *decoder = nullptr;
+    }
+  }
+  if (instance_ != nullptr) {
+    api_.InstanceDestroy(instance_);
+    instance_ = nullptr;
   }
 }
 
@@ -117,14 +125,7 @@ FrameDecoder::~FrameDecoder() {
   for (auto code_stream : code_streams_) {
     api_.CodeStreamDestroy(code_stream);
   }
-  for (auto decoder : {hardware_decoder_, cuda_decoder_, host_decoder_}) {
-    if (decoder != nullptr) {
-      api_.DecoderDestroy(decoder);
-    }
-  }
-  if (instance_ != nullptr) {
-    api_.InstanceDestroy(instance_);
-  }
+  destroy_decoders();
 }
 
 FrameFailure FrameDecoder::decode_batched(BatchedJpeg& batched,
@@ -161,13 +162,9 @@ FrameFailure FrameDecoder::decode_batched(BatchedJpeg& batched,
 }
 
 FrameFailure FrameDecoder::submit_host_share(const std::vector<FrameTarget>& frames,
-                                             const std::vector<size_t>& share,
                                              cudaStream_t cuda_stream, std::vector<Part>& part) {
-  host_targets_.clear();
-  for (size_t i : share) {
-    host_targets_.push_back(&frames[i]);
-  }
-  staging_.reserve(host_targets_, device_);
+  const std::vector<size_t>& share = split_.host;
+  staging_.reserve(frames, share, device_);
   part.assign(1, Part{host_decoder_});
   for (size_t j = 0; j < share.size(); ++j) {
     FrameFailure failure = prepare(share[j], frames[share[j]], cuda_stream, staging_.host(j));
@@ -181,8 +178,6 @@ FrameFailure FrameDecoder::submit_host_share(const std::vector<FrameTarget>& fra
 }
 
 FrameFailure FrameDecoder::decode_on_gpu(const std::vector<FrameTarget>& frames,
-                                         const std::vector<size_t> (&engines_share)[2],
-                                         const std::vector<size_t> (&cuda_share)[2],
                                          cudaStream_t cuda_stream) {
   // Each share in one batched call where nvJPEG's loaded, the frames it
   // does not take through nvImageCodec's CUDA decoder. nvImageCodec's
@@ -191,7 +186,7 @@ FrameFailure FrameDecoder::decode_on_gpu(const std::vector<FrameTarget>& frames,
   std::vector<Part> parts;
   for (int g = 0; g < 2; ++g) {
     const int64_t channels = g == 0 ? 1 : 3;
-    std::vector<size_t> engines = engines_share[g], cuda = cuda_share[g];
+    std::vector<size_t>&engines = split_.engines[g], &cuda = split_.cuda[g];
     for (auto [share, batched] :
          {std::pair{&engines, batched_hardware_.get()}, std::pair{&cuda, batched_cuda_.get()}}) {
       if (batched == nullptr || share->empty()) {
@@ -255,40 +250,17 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
     images_.push_back(nullptr);
   }
   statuses_.assign(n, NVIMGCODEC_PROCESSING_STATUS_UNKNOWN);
-  // Of each channel count's frames (grey, then RGB): the engines' share
-  // first, then the host's, then the CUDA decoder's.
-  std::vector<size_t> engines_share[2], cuda_share[2], host_share;
-  for (int g = 0; g < 2; ++g) {
-    const int64_t channels = g == 0 ? 1 : 3;
-    std::vector<size_t> group;
-    for (size_t i = 0; i < n; ++i) {
-      if (frames[i].channels == channels) {
-        group.push_back(i);
-      }
-    }
-    const double size = static_cast<double>(group.size());
-    const size_t engines =
-        uses_hardware_ ? static_cast<size_t>(std::llround(hardware_share_ * size)) : 0;
-    const size_t host = !uses_cuda_
-                            ? group.size() - engines
-                            : std::min(group.size() - engines,
-                                       static_cast<size_t>(std::llround(host_share_ * size)));
-    engines_share[g].assign(group.begin(), group.begin() + engines);
-    host_share.insert(host_share.end(), group.begin() + engines, group.begin() + engines + host);
-    cuda_share[g].assign(group.begin() + engines + host, group.end());
-  }
+  split(frames);
   // The host's share is submitted first: its cores decode while the GPU's
-  // shares are decoded. In batch order, so that frames whose targets lie
-  // end to end are copied in one call.
-  std::sort(host_share.begin(), host_share.end());
+  // shares are decoded.
   std::vector<Part> host_part;
   FrameFailure failure;
   try {
-    if (!host_share.empty()) {
-      failure = submit_host_share(frames, host_share, cuda_stream, host_part);
+    if (!split_.host.empty()) {
+      failure = submit_host_share(frames, cuda_stream, host_part);
     }
     if (failure.index < 0) {
-      failure = decode_on_gpu(frames, engines_share, cuda_share, cuda_stream);
+      failure = decode_on_gpu(frames, cuda_stream);
     }
   } catch (...) {
     wait_parts(host_part);  // its threads write into the staging memory
@@ -304,10 +276,37 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
               message("nvImageCodec: ", processing_status_name(statuses_[i]))};
     }
   }
-  if (!host_share.empty()) {
+  if (!split_.host.empty()) {
     staging_.copy(cuda_stream);
   }
   return {};
+}
+
+void FrameDecoder::split(const std::vector<FrameTarget>& frames) {
+  split_.host.clear();
+  for (int g = 0; g < 2; ++g) {
+    const int64_t channels = g == 0 ? 1 : 3;
+    auto& group = split_.group;
+    group.clear();
+    for (size_t i = 0; i < frames.size(); ++i) {
+      if (frames[i].channels == channels) {
+        group.push_back(i);
+      }
+    }
+    const double size = static_cast<double>(group.size());
+    const size_t engines =
+        uses_hardware_ ? static_cast<size_t>(std::llround(hardware_share_ * size)) : 0;
+    const size_t host = !uses_cuda_
+                            ? group.size() - engines
+                            : std::min(group.size() - engines,
+                                       static_cast<size_t>(std::llround(host_share_ * size)));
+    split_.engines[g].assign(group.begin(), group.begin() + engines);
+    split_.host.insert(split_.host.end(), group.begin() + engines, group.begin() + engines + host);
+    split_.cuda[g].assign(group.begin() + engines + host, group.end());
+  }
+  // In batch order, so that frames whose targets lie end to end are copied
+  // in one call.
+  std::sort(split_.host.begin(), split_.host.end());
 }
 
 }  // namespace robocache::decoders

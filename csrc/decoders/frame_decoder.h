@@ -29,6 +29,8 @@ struct FrameTarget {
   int64_t height;
   int64_t width;
   int64_t channels;
+  // Its pixels' size: height * width * channels bytes.
+  size_t pixel_bytes() const { return static_cast<size_t>(height * width * channels); }
 };
 
 // The first frame of a batch that did not decode (index -1: none), and why.
@@ -106,21 +108,32 @@ class FrameDecoder : public torch::CustomClassHolder {
     }
   };
 
+  // Each decoder's share of a batch: positions in the batch, kept between
+  // batches (their memory reused).
+  struct Split {
+    std::vector<size_t> engines[2], cuda[2];  // a channel count each: grey, RGB
+    std::vector<size_t> host, group;
+  };
+
   nvimgcodecDecoder_t make_decoder(nvimgcodecBackendKind_t kind, const std::string& options);
+  // Destroys the decoders and the instance that exist (the handles of
+  // nvImageCodec this decoder made).
+  void destroy_decoders();
+  // `split_` for `frames`: of each channel count's frames (grey, then RGB),
+  // the engines' share first, then the host's, then the CUDA decoder's.
+  void split(const std::vector<FrameTarget>& frames);
   // nvImageCodec's handles for frame i (its header checked against its
   // target), decoded into `host` (pinned memory) where given, else into its
   // target; a failure where it cannot read the frame.
   FrameFailure prepare(size_t i, const FrameTarget& frame, cudaStream_t cuda_stream,
                        uint8_t* host = nullptr);
-  // The host's share (frames, in batch order) prepared and submitted to the
-  // host decoder, into staging_, as `part`.
-  FrameFailure submit_host_share(const std::vector<FrameTarget>& frames,
-                                 const std::vector<size_t>& share, cudaStream_t cuda_stream,
+  // The host's share (split_.host) prepared and submitted to the host
+  // decoder, into staging_, as `part`.
+  FrameFailure submit_host_share(const std::vector<FrameTarget>& frames, cudaStream_t cuda_stream,
                                  std::vector<Part>& part);
-  // The engines' and the CUDA decoder's shares (a channel count each).
-  FrameFailure decode_on_gpu(const std::vector<FrameTarget>& frames,
-                             const std::vector<size_t> (&engines_share)[2],
-                             const std::vector<size_t> (&cuda_share)[2], cudaStream_t cuda_stream);
+  // The engines' and the CUDA decoder's shares (split_'s, a channel count
+  // each; the CUDA decoder's gains what the batched decode does not take).
+  FrameFailure decode_on_gpu(const std::vector<FrameTarget>& frames, cudaStream_t cuda_stream);
   // The frames of `group` that `batched` can take, decoded in one call
   // (their statuses set); the others into `elsewhere`. A failure where a
   // frame's size is not its target's.
@@ -166,8 +179,9 @@ class FrameDecoder : public torch::CustomClassHolder {
   std::vector<nvimgcodecCodeStream_t> code_streams_;
   std::vector<nvimgcodecImage_t> images_;
   std::vector<nvimgcodecProcessingStatus_t> statuses_;
-  std::vector<const FrameTarget*> batched_targets_, host_targets_;
+  std::vector<const FrameTarget*> batched_targets_;
   std::vector<size_t> batched_frames_;
+  Split split_;
 };
 
 // Why a frame's image is not its target's size.

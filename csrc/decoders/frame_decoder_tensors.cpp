@@ -40,7 +40,7 @@ std::tuple<int64_t, std::string> FrameDecoder::decode(at::Tensor values, at::Ten
   const int64_t* bounds = byte_offsets.data_ptr<int64_t>();
   const int64_t* wanted = rows.data_ptr<int64_t>();
   const uint8_t* bytes = values.data_ptr<uint8_t>();
-  const int64_t frame_bytes = out.numel() == 0 ? 0 : out[0].numel();
+  uint8_t* pixels = out.data_ptr<uint8_t>();
   std::vector<FrameTarget> targets;
   targets.reserve(rows.numel());
   for (int64_t i = 0; i < rows.numel(); ++i) {
@@ -51,9 +51,11 @@ std::tuple<int64_t, std::string> FrameDecoder::decode(at::Tensor values, at::Ten
     ROBOCACHE_CHECK_VALUE(0 <= begin && begin <= end && end <= values.numel(),
                           "FrameDecoder.decode: the byte offsets of row ", row,
                           " lie outside the values");
-    targets.push_back({bytes + begin, static_cast<size_t>(end - begin),
-                       out.data_ptr<uint8_t>() + i * frame_bytes, out.size(1), out.size(2),
-                       out.size(3)});
+    FrameTarget target{bytes + begin, static_cast<size_t>(end - begin),
+                       nullptr,       out.size(1),
+                       out.size(2),   out.size(3)};
+    target.out = pixels + static_cast<size_t>(i) * target.pixel_bytes();
+    targets.push_back(target);
   }
   auto cuda_stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
   if (uses_hardware_ && !targets.empty()) {

@@ -8,18 +8,16 @@
 
 namespace robocache::decoders {
 
-size_t pixel_bytes(const FrameTarget& frame) {
-  return static_cast<size_t>(frame.height * frame.width * frame.channels);
-}
-
-void PinnedStaging::reserve(const std::vector<const FrameTarget*>& frames, int64_t device) {
-  frames_ = frames;
+void PinnedStaging::reserve(const std::vector<FrameTarget>& frames,
+                            const std::vector<size_t>& share, int64_t device) {
   device_ = device;
-  offsets_.assign(frames.size(), 0);
+  frames_.clear();
+  offsets_.clear();
   size_t total = 0;
-  for (size_t j = 0; j < frames.size(); ++j) {
-    offsets_[j] = total;
-    total += pixel_bytes(*frames[j]);
+  for (size_t i : share) {
+    frames_.push_back(&frames[i]);
+    offsets_.push_back(total);
+    total += frames[i].pixel_bytes();
   }
   // A new block: the last one goes back to the allocator, which hands it
   // out again only once its copies are done.
@@ -40,10 +38,10 @@ void PinnedStaging::copy(cudaStream_t cuda_stream) {
   while (j < frames_.size()) {
     // The run of frames whose targets lie end to end, as their pixels do here.
     uint8_t* out = frames_[j]->out;
-    size_t bytes = pixel_bytes(*frames_[j]);
+    size_t bytes = frames_[j]->pixel_bytes();
     size_t next = j + 1;
     while (next < frames_.size() && frames_[next]->out == out + bytes) {
-      bytes += pixel_bytes(*frames_[next]);
+      bytes += frames_[next]->pixel_bytes();
       ++next;
     }
     C10_CUDA_CHECK(cudaMemcpyAsync(out, host(j), bytes, cudaMemcpyHostToDevice, cuda_stream));

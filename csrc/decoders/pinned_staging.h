@@ -18,10 +18,11 @@ struct FrameTarget;
 
 class PinnedStaging {
  public:
-  // Room for the pixels of `frames`, in order (each frame's target is its
-  // device memory and size); room still held from a call not copied goes
-  // back to the allocator.
-  void reserve(const std::vector<const FrameTarget*>& frames, int64_t device);
+  // Room for the pixels of frames[share[0]], frames[share[1]], ..., in that
+  // order (each frame's target is its device memory and size); room still
+  // held from a call not copied goes back to the allocator.
+  void reserve(const std::vector<FrameTarget>& frames, const std::vector<size_t>& share,
+               int64_t device);
   // Where the j-th frame's pixels go on the host.
   uint8_t* host(size_t j) const { return base_ + offsets_[j]; }
   // Each frame's pixels copied to its target, ordered on `cuda_stream`; the
@@ -36,8 +37,5 @@ class PinnedStaging {
   std::vector<const FrameTarget*> frames_;
   std::vector<size_t> offsets_;
 };
-
-// A frame's pixels: height * width * channels bytes.
-size_t pixel_bytes(const FrameTarget& frame);
 
 }  // namespace robocache::decoders

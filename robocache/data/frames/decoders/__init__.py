@@ -70,19 +70,7 @@ class FrameDecoding:
             isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
         ):
             raise ValueError(f"FrameDecoding: threads must be an int >= 1; got {threads!r}")
-        for name in ("hardware_share", "host_share"):
-            share = getattr(self, name)
-            if share is not None and (
-                isinstance(share, bool) or not isinstance(share, (int, float))
-                or not 0 <= share <= 1
-            ):  # fmt: skip
-                raise ValueError(f"FrameDecoding: {name} must be in [0, 1]; got {share!r}")
-        shares = (self.hardware_share or 0) + (self.host_share or 0)
-        if shares > 1:
-            raise ValueError(
-                "FrameDecoding: hardware_share + host_share must be at most 1; got "
-                f"{self.hardware_share!r} + {self.host_share!r}"
-            )
+        nvimgcodec.check_shares(self.hardware_share, self.host_share, "FrameDecoding")
 
     def backend_for(self, codec, device):
         """The backend that decodes frames of ``codec`` whose batches go to

@@ -63,6 +63,21 @@ def warn_once(said, stacklevel=2):
         warnings.warn(said, stacklevel=stacklevel + 1)
 
 
+def check_shares(hardware_share, host_share, where):
+    """The rule of a GPU decoder's shares: each one given (not None) a number
+    in [0, 1], their sum at most 1; a ValueError from ``where`` otherwise."""
+    for name, share in (("hardware_share", hardware_share), ("host_share", host_share)):
+        if share is not None and (
+            isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1
+        ):
+            raise ValueError(f"{where}: {name} must be in [0, 1]; got {share!r}")
+    if (hardware_share or 0) + (host_share or 0) > 1:
+        raise ValueError(
+            f"{where}: hardware_share + host_share must be at most 1; got "
+            f"{hardware_share!r} + {host_share!r}"
+        )
+
+
 def _nvidia_dirs():
     """Each nvidia/ folder on the import path (NVIDIA's wheels install there)."""
     found = (os.path.join(p or os.getcwd(), "nvidia") for p in sys.path)
@@ -124,14 +139,9 @@ class GpuDecoder:
         batched=True,
         host_share=None,
     ):
+        check_shares(hardware_share, host_share, "GpuDecoder")
         self.hardware_share = float(HARDWARE_SHARE if hardware_share is None else hardware_share)
         self.host_share = float(1.0 - self.hardware_share if host_share is None else host_share)
-        if not (0 <= self.hardware_share and 0 <= self.host_share
-                and self.hardware_share + self.host_share <= 1):  # fmt: skip
-            raise ValueError(
-                "GpuDecoder: hardware_share and host_share must be >= 0, their sum at most 1; "
-                f"got {hardware_share!r} and {host_share!r}"
-            )
         why = unavailable()
         if why is not None:
             raise RuntimeError(f"robocache: the nvimgcodec frame decoder cannot run: {why}")

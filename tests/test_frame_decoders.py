@@ -110,12 +110,35 @@ def test_auto_falls_back_to_the_host_where_the_gpu_decoder_does_not_start(monkey
         decoders.decoder_for(FrameDecoding(backend="nvimgcodec"), "jpeg", "cuda")
 
 
-def test_a_step_table_holds_the_most_distinct_frames_a_step_reads():
-    from robocache.data.sampler import decode
+def test_decode_tables_gather_a_slot_named_on_the_host_or_by_the_step_on_the_device():
+    from types import SimpleNamespace
 
-    rows = torch.tensor([[0, 3, 3, 4], [5, 6, 7, 8], [0, 0, 0, 0]])
-    assert decode._most_distinct(rows) == 4
-    assert decode._most_distinct(torch.zeros((2, 3), dtype=torch.int64)) == 1
+    from robocache.data.sampler.decode import DecodeTables
+
+    def key(position, shape):
+        encoding = SimpleNamespace(shape=shape)
+        return SimpleNamespace(position=position, encoding=encoding,
+                               decoder=SimpleNamespace(device=torch.device("cpu")))  # fmt: skip
+
+    keys = [key(1, (2, 3, 3)), key(4, (1, 2, 1))]
+    tables = DecodeTables(keys, batch_size=3, windows=[2, 1], depth=1)
+    assert tables.slots == 2 + nvimgcodec.SLOTS_BEHIND
+    generator = torch.Generator().manual_seed(0)
+    for table, position in zip(tables.tables, tables.positions):
+        assert table.shape[:2] == (tables.slots, 1 + position.shape[1])
+        assert not table[:, 0].any()  # the frame of "no sample"
+        table[:, 1:] = torch.randint(0, 256, table[:, 1:].shape, generator=generator).byte()
+        position.copy_(torch.randint(0, table.shape[1], position.shape, generator=generator))
+    for step in range(2 * tables.slots):
+        slot = step % tables.slots
+        on_device = tables.gather(tables.slot_of(torch.tensor([step])), 2)
+        on_host = tables.gather(slot, 2)
+        assert on_device.keys() == on_host.keys() == {1, 4}
+        for k, (table, position) in zip((1, 4), zip(tables.tables, tables.positions)):
+            W = tables.windows[(1, 4).index(k)]
+            expected = table[slot][position[slot, : 2 * W]].view(2, W, *table.shape[2:])
+            assert torch.equal(on_host[k], expected)
+            assert torch.equal(on_device[k], expected)
 
 
 def test_the_gpu_backend_asked_for_batches_on_the_host_is_an_error(monkeypatch):
@@ -311,14 +334,20 @@ def _assert_close_to_host(
 
 
 @requires_gpu_decoder
+@pytest.mark.parametrize("cuda_graph", [False, None])
 @pytest.mark.parametrize("place", ["pinned", "cpu", "mapped"])
-def test_sampler_jpeg_batches_on_the_gpu_match_the_host_decode(tmp_path, place):
+def test_sampler_jpeg_batches_on_the_gpu_match_the_host_decode(tmp_path, place, cuda_graph):
     _jpeg_store().save(tmp_path)
     store = EpisodeStore.load(tmp_path, placement={"cam": place, "*": "cuda"})
-    kw = dict(batch_size=8, seed=1, device="cuda", cuda_graph=False)
-    gpu = WindowSampler(store, DELTAS, **kw)
+    kw = dict(batch_size=8, seed=1, device="cuda")
+    gpu = WindowSampler(store, DELTAS, cuda_graph=cuda_graph, **kw)
     assert gpu.decoders == {"cam": "nvimgcodec"}
-    host = WindowSampler(store, DELTAS, decoding=FrameDecoding(backend="host"), **kw)
+    if cuda_graph is False or place == "pinned":
+        # By default the batches replay CUDA graphs, which gather the decoded
+        # frames, where every key is cut on the GPU from anchors there.
+        assert (gpu.graphs is not None) == (cuda_graph is None)
+    host = WindowSampler(store, DELTAS, decoding=FrameDecoding(backend="host"), cuda_graph=False,
+                         **kw)  # fmt: skip
     expected = _batches(host)
     for epoch in range(2):
         gpu.set_epoch(epoch)
@@ -330,13 +359,17 @@ def test_sampler_jpeg_batches_on_the_gpu_match_the_host_decode(tmp_path, place):
 
 
 @requires_gpu_decoder
+@pytest.mark.parametrize("cuda_graph", [False, None])
 @pytest.mark.parametrize("hardware_share,host_share", [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0)])
-def test_sampler_jpeg_batches_draw_without_a_host_sync_and_under_load(hardware_share, host_share):
+def test_sampler_jpeg_batches_draw_without_a_host_sync_and_under_load(
+    hardware_share, host_share, cuda_graph
+):
     store = _jpeg_store().place({"cam": "pinned", "*": "cuda"})
-    kw = dict(batch_size=8, seed=3, cuda_graph=False)
-    host = _batches(WindowSampler(store, DELTAS, decoding=FrameDecoding(backend="host"), **kw))
+    kw = dict(batch_size=8, seed=3)
+    decoding = FrameDecoding(backend="host")
+    host = _batches(WindowSampler(store, DELTAS, decoding=decoding, cuda_graph=False, **kw))
     decoding = FrameDecoding(hardware_share=hardware_share, host_share=host_share)
-    sampler = WindowSampler(store, DELTAS, decoding=decoding, **kw)
+    sampler = WindowSampler(store, DELTAS, decoding=decoding, cuda_graph=cuda_graph, **kw)
     busy = torch.randn(2048, 2048, device="cuda")
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -351,6 +384,25 @@ def test_sampler_jpeg_batches_draw_without_a_host_sync_and_under_load(hardware_s
         torch.cuda.set_sync_debug_mode("default")
     got = [{k: v.cpu() for k, v in b.items()} for b in got]
     _assert_close_to_host(got, host, hardware_share, host_share)
+
+
+@requires_gpu_decoder
+def test_two_iterations_at_once_decode_into_tables_of_their_own():
+    store = _jpeg_store().place({"cam": "pinned", "*": "cuda"})
+    kw = dict(batch_size=4, seed=5)
+    decoding = FrameDecoding(backend="host")
+    expected = _batches(WindowSampler(store, DELTAS, decoding=decoding, cuda_graph=False, **kw))
+    sampler = WindowSampler(store, DELTAS, **kw)
+    assert sampler.graphs is not None
+    for _ in range(2):  # the second time, the tables and graphs are those the first kept
+        first, second = iter(sampler), iter(sampler)
+        got_first, got_second = [], []
+        for a, b in zip(first, second):  # the second takes the graphs over from the first
+            got_first.append({k: v.cpu() for k, v in a.items()})
+            got_second.append({k: v.cpu() for k, v in b.items()})
+        _assert_close_to_host(got_first, expected)
+        _assert_close_to_host(got_second, expected)
+        del first, second
 
 
 @requires_gpu_decoder

@@ -13,8 +13,6 @@ import torch
 
 from ...ops import anchor_windows
 
-_HOST = torch.device("cpu")
-
 
 @dataclass
 class Cut:
@@ -80,13 +78,6 @@ class WindowCut:
             for j, k in enumerate(ks):
                 cut.outs[k], cut.pads[k], cut.ages[k] = outs[j], pads[j], ages[j]
         return cut
-
-    def anchor_on_host(self):
-        """(anchor offsets, anchor times) of the host's launch, or None."""
-        for device, _, arguments in self.calls:
-            if device == _HOST:
-                return arguments["anchor_offsets"], arguments["anchor_times"]
-        return None
 
     def check(self, index_device):
         """Every check of the operator, once, on an empty batch."""

@@ -5,10 +5,14 @@ same padding. Each distinct row of a batch is then decoded once, in one
 batched call (the decoder's: robocache.data.frames.decoders), and gathered
 into (B, W, H, W', C).
 
-On the GPU (the nvimgcodec decoder) an iteration decodes ahead: its order
-gives every batch's rows when it starts, and a native queue decodes each
-batch's distinct frames on a thread of its own, without the GIL, into a
-ring of device tables (``DecodeAhead``)."""
+On the GPU (the nvimgcodec decoder) the windows are cut on the GPU over
+row numbers, with the keys held there, and an iteration decodes ahead: its
+order gives every batch's rows when it starts, and a native queue decodes
+each batch's distinct frames on a thread of its own, without the GIL, into
+a ring of device tables (``DecodeAhead``) that the sampler keeps from one
+iteration to the next (``DecodeTables``). A batch's frames are gathered
+from its slot, which the device can find from the step alone: a CUDA graph
+replays the gather."""
 
 import torch
 
@@ -35,6 +39,8 @@ class FrameKey:
         self.deltas = plan.deltas.cpu()  # read on the host each batch: copied once
         self.episode_index = episode_index.cpu()
         self.row_numbers = torch.arange(1, self.times.numel() + 1).view(-1, 1)
+        # What the cut cuts in place of the frames: with the GPU decoder, on the GPU.
+        self.cut_values = self.row_numbers.to(device) if self.on_gpu else self.row_numbers
 
     def rows_of(self, index, anchor, edge_tolerance):
         """(B, W, 1) int64 row + 1 of each window position of the batch
@@ -107,41 +113,79 @@ class FrameKey:
         return lambda i: self.where(int(rows[i]))
 
 
+class DecodeTables:
+    """The device memory a sampler's GPU-decoded keys are decoded into, kept
+    from one iteration to the next: per key a ring of ``slots`` tables of
+    (1 + B * W, *shape) frames (row 0: the frame of "no sample", zeros;
+    then each distinct frame a batch reads) and (B * W,) positions, where
+    each window position's frame lies in its slot's table. Batch i of an
+    iteration lies in slot i % slots. ``busy``: an iteration's queue
+    decodes into them."""
+
+    def __init__(self, keys, batch_size, windows, depth):
+        self.keys, self.windows, self.batch_size = keys, windows, batch_size
+        self.busy = False
+        self.ahead = depth + 1
+        self.slots = slots = self.ahead + nvimgcodec.SLOTS_BEHIND
+        device = keys[0].decoder.device
+        self.tables, self.positions = [], []
+        for key, W in zip(keys, windows):
+            table = torch.empty((slots, 1 + batch_size * W, *key.encoding.shape),
+                                dtype=torch.uint8, device=device)  # fmt: skip
+            table[:, 0].zero_()
+            self.tables.append(table)
+            self.positions.append(
+                torch.zeros((slots, batch_size * W), dtype=torch.int64, device=device)
+            )
+
+    def gather(self, slot, size):
+        """key position -> the (size, W, *shape) frames of the batch in
+        ``slot`` (an int, or a (1,) int64 tensor on the device: then all on
+        the device, as a CUDA graph can replay it)."""
+        frames = {}
+        for key, W, table, position in zip(self.keys, self.windows, self.tables, self.positions):
+            n = size * W
+            if isinstance(slot, int):
+                taken = table[slot].index_select(0, position[slot, :n])
+            else:
+                where = position.index_select(0, slot).view(-1)[:n] + slot * table.shape[1]
+                taken = table.view(-1, *table.shape[2:]).index_select(0, where)
+            frames[key.position] = taken.view(size, W, *key.encoding.shape)
+        return frames
+
+    def slot_of(self, step):
+        """The slot of the batch at ``step`` (a (1,) int64 tensor on the device)."""
+        return torch.remainder(step, self.slots)
+
+
 class DecodeAhead:
     """The GPU-decoded keys' frames of an iteration's batches (``parts``:
-    each batch's anchor rows, on the host), decoded ``depth`` batches ahead
-    by a native queue. ``get(i)``, on the stream that makes batch i: key
-    position -> its (B, W, *shape) frames, ready on that stream; batch i's
-    tables are then released for batch i + depth + 1. ``close()`` stops the
-    queue's thread."""
+    each batch's anchor rows, on the host), decoded ahead into ``tables``
+    (a DecodeTables) by a native queue. ``take(i)``, on the stream that
+    makes batch i: its slot, ready on that stream; ``release(i)`` once the
+    work that reads it is queued there: the slot then takes a later batch.
+    ``get(i)``: take, gather (key position -> (B, W, *shape) frames) and
+    release. ``close()`` stops the queue's thread."""
 
-    def __init__(self, keys, anchor, edge_tolerance, parts, depth):
-        self.keys, self.sizes = keys, [p.numel() for p in parts]
-        steps, batch = len(parts), max(self.sizes)
-        ahead = depth + 1
-        slots = ahead + nvimgcodec.SLOTS_BEHIND
+    def __init__(self, tables, anchor, edge_tolerance, parts):
+        self.tables, self.keys = tables, tables.keys
+        self.queue = None
+        self.sizes = [p.numel() for p in parts]
+        steps, batch = len(parts), tables.batch_size
         everything = torch.cat(parts).cpu()
-        rows, tables, positions = [], [], []
-        self.windows = []
-        device = keys[0].decoder.device
-        for key in keys:
+        rows = []
+        for key, W in zip(self.keys, tables.windows):
             found = key.rows_of(everything, anchor, edge_tolerance).reshape(everything.numel(), -1)
-            W = found.shape[1]
             per_step = torch.zeros((steps, batch * W), dtype=torch.int64)
             per_step.view(-1, W)[: found.shape[0]] = found  # the last batch padded with "none"
-            table = torch.empty((slots, 1 + _most_distinct(per_step), *key.encoding.shape),
-                                dtype=torch.uint8, device=device)  # fmt: skip
-            table[:, 0].zero_()  # the frame of "no sample"
             rows.append(per_step)
-            tables.append(table)
-            positions.append(torch.empty((slots, batch * W), dtype=torch.int64, device=device))
-            self.windows.append(W)
-        self.tables, self.positions = tables, positions
-        self.queue = keys[0].decoder.queue(
-            [k.values for k in keys], [k.bounds for k in keys], rows, tables, positions, ahead
-        )
+        self.queue = self.keys[0].decoder.queue(
+            [k.values for k in self.keys], [k.bounds for k in self.keys], rows, tables.tables,
+            tables.positions, tables.ahead,
+        )  # fmt: skip
+        tables.busy = True
 
-    def get(self, i):
+    def take(self, i):
         slot = self.queue.take(i)
         if slot < 0:
             k, row, why = self.queue.failure()
@@ -149,20 +193,18 @@ class DecodeAhead:
                 raise RuntimeError(f"{_WHERE}: the GPU frame decoder failed: {why}")
             key = self.keys[k]
             raise ValueError(f"{key.where(row)}: the jpeg frame does not decode: {why}")
-        frames = {}
-        for key, W, table, position in zip(self.keys, self.windows, self.tables, self.positions):
-            n = self.sizes[i] * W
-            taken = table[slot].index_select(0, position[slot, :n])
-            frames[key.position] = taken.view(self.sizes[i], W, *key.encoding.shape)
+        return slot
+
+    def release(self, i):
         self.queue.release(i)
+
+    def get(self, i):
+        frames = self.tables.gather(self.take(i), self.sizes[i])
+        self.release(i)
         return frames
 
     def close(self):
-        self.queue.close()
-
-
-def _most_distinct(per_step):
-    """The most distinct rows + 1 other than 0 (no sample) in any row of ``per_step``."""
-    ordered = per_step.sort(dim=1).values
-    changes = (ordered[:, 1:] != ordered[:, :-1]).sum(1) + (ordered[:, 0] != 0)
-    return max(1, int(changes.max())) if per_step.numel() else 1
+        if self.queue is not None:
+            self.queue.close()
+            self.tables.busy = False
+            self.queue = None

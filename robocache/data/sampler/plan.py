@@ -37,7 +37,8 @@ class KeyPlan:
             ``"cuda"``, ``"pinned"``, ``"mapped"`` or ``"cpu"``.
         encoded: its frames are stored encoded (JPEG or PNG).
         cut_on: the device its windows are cut on: its times' device, the
-            host for encoded frames (cut over row numbers, then decoded).
+            host for encoded frames (cut over row numbers, then decoded;
+            the sampler moves those the GPU decodes to the GPU).
     """
 
     key: str
@@ -229,7 +230,8 @@ def plan_key(store, key, deltas, mode, interval, tolerance, normalize, image_for
         tolerance_ns,
         place=place,
         encoded=stream.encoding is not None,
-        # Encoded frames are cut on the host over row numbers, then decoded.
+        # Encoded frames are cut over row numbers, then decoded: on the host
+        # unless the GPU decodes them (the sampler's Reader knows).
         cut_on=torch.device("cpu") if stream.encoding is not None else stream.times.device,
     )
     _plan_image(plan, stream.sample_shape, stream.sample_dtype, image_form)

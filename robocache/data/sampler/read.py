@@ -24,7 +24,7 @@ import torch
 
 from ..store.rows import reader_pool
 from .cut import rows_around
-from .decode import DecodeAhead, FrameKey
+from .decode import DecodeAhead, DecodeTables, FrameKey
 
 
 @dataclass
@@ -94,7 +94,9 @@ class Reader:
     """A sampler's keys that need reading: mapped keys and encoded keys.
     ``row_numbers``: what the cut cuts in place of encoded frames."""
 
-    def __init__(self, store, plans, decoding, device):
+    def __init__(self, store, plans, decoding, device, batch_size):
+        self.batch_size = batch_size
+        self.tables = None  # the GPU-decoded keys' DecodeTables, made by the first iteration
         episode_index = store.episodes["episode_index"]
         frames = [
             FrameKey(k, p, store[p.key], episode_index, decoding, device)
@@ -108,7 +110,7 @@ class Reader:
             for k, p in enumerate(plans)
             if p.place == "mapped" and not p.encoded and p.cut_on.type == "cpu"
         ]
-        self.row_numbers = {f.position: f.row_numbers for f in frames}
+        self.row_numbers = {f.position: f.cut_values for f in frames}
 
     def __bool__(self):
         return bool(self.frames or self.gpu_frames or self.mapped)
@@ -130,20 +132,37 @@ class Reader:
         gpu = None
         if self.gpu_frames:
             try:
-                gpu = DecodeAhead(self.gpu_frames, anchor, edge_tolerance, indices, depth)
+                gpu = DecodeAhead(self.decode_tables(depth), anchor, edge_tolerance, indices)
             except BaseException:
                 if host is not None:
                     host.close()
                 raise
         return Ahead(host, gpu)
 
-    def decode_into(self, outs, rows):
-        """Each encoded key's windows of row numbers in ``outs`` replaced by
-        its frames: from ``rows`` (a Rows read ahead), or decoded now."""
+    def decode_tables(self, depth):
+        """The GPU-decoded keys' DecodeTables for an iteration reading
+        ``depth`` batches ahead: the ones kept (``tables``, which the
+        sampler's CUDA graphs read), or, while another iteration decodes into
+        those, tables of its own."""
+        windows = [len(f.deltas) for f in self.gpu_frames]
+        if self.tables is None:
+            self.tables = DecodeTables(self.gpu_frames, self.batch_size, windows, depth)
+        if self.tables.busy or self.tables.ahead != depth + 1:
+            return DecodeTables(self.gpu_frames, self.batch_size, windows, depth)
+        return self.tables
+
+    def decode_into(self, outs, rows, index, anchor, edge_tolerance):
+        """Each encoded key's windows in ``outs`` replaced by its frames:
+        from ``rows`` (a Rows read ahead), or decoded now (the windows of
+        ``index``, a host tensor, found again on the host where they were
+        cut on the GPU)."""
         for f in self.encoded:
             decoded = rows.decoded.get(f.position)
             if decoded is not None:
                 outs[f.position] = decoded
+            elif f.on_gpu:
+                found = f.rows_of(index, anchor, edge_tolerance)
+                outs[f.position] = f.frames(found)
             else:
                 outs[f.position] = f.frames(outs[f.position], rows.frames.get(f.position))
 

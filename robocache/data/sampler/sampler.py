@@ -85,8 +85,11 @@ class WindowSampler:
             epoch's order on the device, so that a batch costs the host one
             graph launch (``batch_at`` adds one index copy). None (the
             default): on wherever every key is read on the GPU (placed
-            ``"cuda"`` or ``"pinned"``) and the batches go there; off where
-            windows are cut on the host. A graph writes its batches into the
+            ``"cuda"`` or ``"pinned"``, or JPEG frames decoded by the GPU
+            decoder with ``read_ahead`` >= 1, whose graphs gather the frames
+            decoded ahead) and the batches go there; off where windows are
+            cut on the host, and for ``batch_at`` with encoded frames (decoded
+            when asked for). A graph writes its batches into the
             same buffers, but never while anything still refers to a batch
             (a variable, a view, an autograd graph that saved it): the ring
             of graphs then grows, up to 16 a batch size, past which a batch
@@ -108,13 +111,14 @@ class WindowSampler:
             on the caller's current stream, and nothing waits on the host.
         decoding: how keys stored as JPEG or PNG frames are decoded
             (``robocache.data.frames.FrameDecoding``: the backend, the JPEG
-            IDCT, the threads). Their windows are cut on the host over row
-            numbers, and each distinct frame of a batch is decoded once: on
-            the GPU by default where the batches go to CUDA and the extra
-            ``robocache[nvimgcodec]`` is installed (a native queue decodes
-            ``read_ahead`` batches ahead, on a thread of its own, from the
-            bytes in host memory); else on the host's thread pool, read
-            ahead with the mapped keys. No CUDA graph.
+            IDCT, the threads). Their windows are cut over row numbers, and
+            each distinct frame of a batch is decoded once: on the GPU by
+            default where the batches go to CUDA and the extra
+            ``robocache[nvimgcodec]`` is installed (the windows cut on the
+            GPU; a native queue decodes ``read_ahead`` batches ahead, on a
+            thread of its own, from the bytes in host memory, into device
+            tables the sampler keeps); else on the host's thread pool, read
+            ahead with the mapped keys, with no CUDA graph.
         augment: key -> ``robocache.data.Augment``: random crops, rotations
             and colour jitter of uint8 (H, W, C) frames, one draw per window
             (every frame of a window alike), from (seed, step, rank), applied

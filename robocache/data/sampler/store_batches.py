@@ -44,8 +44,12 @@ class StoreBatches:
         self.batch_size, self.seed = options.batch_size, order.check_seed(options.seed)
         self.shuffle, self.drop_last = options.shuffle, options.drop_last
         self._step = 0  # batch_at's augmentation step when none is given
+        self.reader = Reader(store, self.plans, options.decoding, self.device, self.batch_size)
+        for frames in self.reader.gpu_frames:
+            # Decoded on the GPU: the windows are cut there too, over row
+            # numbers, with the keys held there (one launch).
+            frames.plan.cut_on = self.device
         self._index_anchors(store, options.drop_n_last_frames)
-        self.reader = Reader(store, self.plans, options.decoding, self.device)
         self.cut = WindowCut(
             store, self.anchor, self.plans, self.row_tables, options.edge_tolerance,
             self.reader.row_numbers,
@@ -55,7 +59,7 @@ class StoreBatches:
             self.plans, self.row_tables, self.device, options.key_age, self.augmentation,
             self.seed, self.rank,
         )  # fmt: skip
-        on_gpu = self.anchors.is_cuda and self.device.type == "cuda"
+        on_gpu = self.cut_on_gpu and self.device.type == "cuda"
         self.prefetch = self._prefetch(options.prefetch, on_gpu)
         self.stream = batch_stream(self.device, self.prefetch)
         self.graphs = self._graphs(options, on_gpu)
@@ -67,10 +71,16 @@ class StoreBatches:
     def _index_anchors(self, store, drop_n_last_frames):
         anchor_stream = store[self.anchor]
         offsets, times = anchor_stream.offsets, anchor_stream.times
-        # Keys cut on the host: the anchors on the host, so that nothing the
-        # host needs is read back from the GPU.
-        if any(p.cut_on.type == "cpu" for p in self.plans):
+        cut_on_host = any(p.cut_on.type == "cpu" for p in self.plans)
+        # Every key cut on the GPU, from anchors there.
+        self.cut_on_gpu = offsets.is_cuda and not cut_on_host
+        # Keys cut on the host, or whose batches' rows the host finds for the
+        # GPU's decoder: the anchors on the host, so that nothing the host
+        # needs is read back from the GPU.
+        self.anchor_host = None
+        if cut_on_host or self.reader.gpu_frames:
             offsets, times = offsets.cpu(), times.cpu()
+            self.anchor_host = (offsets, times)
         row_episode = order.row_episodes(offsets)
         self.anchors = order.anchor_rows(offsets, row_episode, drop_n_last_frames)
         self._per_rank = order.per_rank(
@@ -130,8 +140,15 @@ class StoreBatches:
         cuda_graph, buffers = check_graph_options(
             options.cuda_graph, options.graph_buffers, self.prefetch
         )
+        # Frames decoded on the GPU: their slot's frames are gathered in the
+        # graph, decoded ahead by the iteration's queue.
+        graphable_frames = not self.reader.frames and (
+            not self.reader.gpu_frames or options.read_ahead > 0
+        )
         if cuda_graph is None:  # on where it is safe: the GPU, and batches kept stay kept
-            cuda_graph = on_gpu and COUNTS_REFERENCES and self.augmentation is None
+            cuda_graph = (
+                on_gpu and COUNTS_REFERENCES and self.augmentation is None and graphable_frames
+            )
         if not cuda_graph:
             return None
         if self.augmentation is not None:
@@ -139,11 +156,13 @@ class StoreBatches:
                 f"{_WHERE}: cuda_graph=True with augment: each batch's augmentation is drawn "
                 "on the host, outside any CUDA graph; use cuda_graph=False"
             )
-        if self.reader.encoded:
+        if not graphable_frames:
+            key = (self.reader.frames or self.reader.gpu_frames)[0].plan.key
             raise ValueError(
-                f"{_WHERE}: cuda_graph=True: {self.reader.encoded[0].plan.key!r} holds encoded "
-                "frames, which are decoded per batch outside any CUDA graph; use "
-                "cuda_graph=False (or a store built with frames='raw')"
+                f"{_WHERE}: cuda_graph=True: {key!r} holds encoded frames decoded per batch "
+                "outside any CUDA graph (on the host, or with read_ahead=0); use "
+                "cuda_graph=False, the GPU decoder with read_ahead >= 1, or a store built "
+                "with frames='raw'"
             )
         if not on_gpu:
             raise ValueError(
@@ -174,7 +193,12 @@ class StoreBatches:
         )
         count, B = len(self), self.batch_size
         first_step = epoch * count
-        reader = None
+        reader = parts = None
+        if self.graphs is None or self.anchor_host is not None:
+            parts = [anchors[i * B : (i + 1) * B] for i in range(count)]
+        if self.anchor_host is not None:
+            reader = self.reader.ahead(self.anchor_host, self.options.edge_tolerance, parts,
+                                       self.options.read_ahead)  # fmt: skip
         if self.graphs is not None:
             # This iteration feeds the graphs through the cursor; another one
             # started later takes it over, and this one then feeds them indices.
@@ -182,19 +206,27 @@ class StoreBatches:
             last = B if self.drop_last else anchors.numel() - (count - 1) * B
             rings = [self._cursor_ring(B)] * (count - 1) + [self._cursor_ring(last)]
             cursor = self.cursor
+            # The graphs gather decoded frames from the tables they were
+            # captured with: an iteration decoding elsewhere (another one's
+            # still open) makes its batches without them.
+            decoded = reader.gpu if reader is not None else None
+            graphed = decoded is None or decoded.tables is self.reader.tables
 
             def make(i):
-                if self._cursor_user is not user:  # cut without a graph, whose inputs it shares
-                    return self.batch(anchors[i * B : (i + 1) * B])
+                if self._cursor_user is not user or not graphed:
+                    # Cut without a graph, whose inputs it shares.
+                    if reader is None:
+                        return self.batch(anchors[i * B : (i + 1) * B])
+                    return self.batch(parts[i], reader.get(i))
                 if i == 0:
                     cursor.load(anchors)
-                return rings[i]()
+                if decoded is None:
+                    return rings[i]()
+                decoded.take(i)  # batch i's frames, ready on this stream
+                batch = rings[i]()
+                decoded.release(i)
+                return batch
         else:
-            parts = [anchors[i * B : (i + 1) * B] for i in range(count)]
-            anchor = self.cut.anchor_on_host()
-            if anchor is not None:
-                reader = self.reader.ahead(anchor, self.options.edge_tolerance, parts,
-                                           self.options.read_ahead)  # fmt: skip
 
             def make(i):
                 rows = reader.get(i) if reader is not None else None
@@ -207,18 +239,25 @@ class StoreBatches:
                 reader.close()
 
     def _cursor_ring(self, size):
-        """The graphs of a batch of ``size`` whose anchors the cursor reads."""
+        """The graphs of a batch of ``size`` whose anchors the cursor reads
+        (and whose GPU-decoded frames lie in the slot of the cursor's step)."""
         cursor = self.cursor
-        return self.graphs.ring(
-            ("cursor", size), lambda: self.batch(cursor.take(size)), (cursor.step,)
-        )
+
+        def make():
+            decoded = None
+            if self.reader.gpu_frames:
+                tables = self.reader.tables
+                decoded = tables.gather(tables.slot_of(cursor.step), size)
+            return self.batch(cursor.take(size), Rows(decoded=decoded or {}))
+
+        return self.graphs.ring(("cursor", size), make, (cursor.step,))
 
     # -- one batch ---------------------------------------------------------------------
 
     def batch_at(self, index, step=None):
         """The batch anchored at ``index`` (anchor-stream rows, any integer form)."""
         index = order.anchor_index(index, self.anchors.device)
-        if self.graphs is None:
+        if self.graphs is None or self.reader.gpu_frames:  # frames decoded now: no graph
             return self.batch(index, step=step)
         size = index.numel()
         static = self._static.get(size)
@@ -241,5 +280,6 @@ class StoreBatches:
         with torch._C._AutoDispatchBelowAutograd():
             cut = self.cut(index, rows.streams if rows is not None else None)
             if self.reader.encoded:
-                self.reader.decode_into(cut.outs, rows if rows is not None else Rows())
+                self.reader.decode_into(cut.outs, rows if rows is not None else Rows(), index,
+                                        self.anchor_host, self.options.edge_tolerance)  # fmt: skip
             return self.transform(cut, index, step, parts)

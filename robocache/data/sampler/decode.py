@@ -40,7 +40,9 @@ class FrameKey:
         self.episode_index = episode_index.cpu()
         self.row_numbers = torch.arange(1, self.times.numel() + 1).view(-1, 1)
         # What the cut cuts in place of the frames: with the GPU decoder, on the GPU.
-        self.cut_values = self.row_numbers.to(device) if self.on_gpu else self.row_numbers
+        self.cut_values = (
+            self.row_numbers.to(self.decoder.device) if self.on_gpu else self.row_numbers
+        )
 
     def rows_of(self, index, anchor, edge_tolerance):
         """(B, W, 1) int64 row + 1 of each window position of the batch

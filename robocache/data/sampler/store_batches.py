@@ -47,8 +47,9 @@ class StoreBatches:
         self.reader = Reader(store, self.plans, options.decoding, self.device, self.batch_size)
         for frames in self.reader.gpu_frames:
             # Decoded on the GPU: the windows are cut there too, over row
-            # numbers, with the keys held there (one launch).
-            frames.plan.cut_on = self.device
+            # numbers, with the keys held there (one launch: the device
+            # named with its index, as the keys' times name it).
+            frames.plan.cut_on = frames.decoder.device
         self._index_anchors(store, options.drop_n_last_frames)
         self.cut = WindowCut(
             store, self.anchor, self.plans, self.row_tables, options.edge_tolerance,

@@ -106,7 +106,9 @@ FrameQueue::FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at:
 }
 
 FrameQueue::~FrameQueue() {
-  close();
+  if (stop_threads()) {
+    follow_work_streams();  // a destructor does not throw
+  }
   c10::cuda::CUDAGuard guard(index_of(*decoders_[0]));
   for (int64_t q = 0; q < slots_; ++q) {
     // The staged positions' last copies are done before their memory goes.
@@ -117,9 +119,12 @@ FrameQueue::~FrameQueue() {
   cudaEventDestroy(start_);
 }
 
-void FrameQueue::close() {
+bool FrameQueue::stop_threads() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) {
+      return false;
+    }
     stopping_ = true;
   }
   changed_.notify_all();
@@ -127,6 +132,36 @@ void FrameQueue::close() {
     if (thread.joinable()) {
       thread.join();
     }
+  }
+  return true;
+}
+
+cudaError_t FrameQueue::follow_work_streams() {
+  // Work queued on the work streams may still write the tables (a step that
+  // failed part way, or one decoded ahead and never taken): the current
+  // CUDA stream waits for it, so that what is queued there next (another
+  // queue's start, into the same tables) comes after it.
+  c10::cuda::CUDAGuard guard(index_of(*decoders_[0]));
+  auto current = c10::cuda::getCurrentCUDAStream(index_of(*decoders_[0]));
+  cudaError_t first = cudaSuccess;
+  for (const auto& work_stream : work_streams_) {
+    cudaEvent_t done = nullptr;
+    cudaError_t status = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    if (status == cudaSuccess) {
+      status = cudaEventRecord(done, work_stream.stream());
+      if (status == cudaSuccess) {
+        status = cudaStreamWaitEvent(current.stream(), done, 0);
+      }
+      cudaEventDestroy(done);
+    }
+    first = first == cudaSuccess ? status : first;
+  }
+  return first;
+}
+
+void FrameQueue::close() {
+  if (stop_threads()) {
+    C10_CUDA_CHECK(follow_work_streams());
   }
 }
 

@@ -53,10 +53,15 @@ class FrameQueue : public torch::CustomClassHolder {
   // (key, row, why) of the frame that did not decode; (-1, -1, why) for
   // another error.
   std::tuple<int64_t, int64_t, std::string> failure();
-  // Stops the thread (after the step it is decoding, if any).
+  // Stops the threads (after the steps they are decoding, if any); the
+  // current CUDA stream then waits for the work they queued (once).
   void close();
 
  private:
+  // Stops the threads; false where they were stopped before.
+  bool stop_threads();
+  // The current CUDA stream made to wait for the work streams' work.
+  cudaError_t follow_work_streams();
   void work(int64_t worker);
   // Records a step that failed for `why` (not a frame's decode); true.
   bool fail(int64_t step, const std::string& why);

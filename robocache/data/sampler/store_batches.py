@@ -201,17 +201,20 @@ class StoreBatches:
             reader = self.reader.ahead(self.anchor_host, self.options.edge_tolerance, parts,
                                        self.options.read_ahead)  # fmt: skip
         if self.graphs is not None:
-            # This iteration feeds the graphs through the cursor; another one
-            # started later takes it over, and this one then feeds them indices.
-            user = self._cursor_user = object()
-            last = B if self.drop_last else anchors.numel() - (count - 1) * B
-            rings = [self._cursor_ring(B)] * (count - 1) + [self._cursor_ring(last)]
-            cursor = self.cursor
             # The graphs gather decoded frames from the tables they were
             # captured with: an iteration decoding elsewhere (another one's
             # still open) makes its batches without them.
             decoded = reader.gpu if reader is not None else None
             graphed = decoded is None or decoded.tables is self.reader.tables
+            # This iteration feeds the graphs through the cursor; another one
+            # started later takes it over, and this one then makes its
+            # batches without them.
+            user = object() if graphed else None
+            if graphed:
+                self._cursor_user = user
+            last = B if self.drop_last else anchors.numel() - (count - 1) * B
+            rings = [self._cursor_ring(B)] * (count - 1) + [self._cursor_ring(last)]
+            cursor = self.cursor
 
             def make(i):
                 if self._cursor_user is not user or not graphed:

@@ -150,7 +150,8 @@ class DecodeTables:
             if isinstance(slot, int):
                 taken = table[slot].index_select(0, position[slot, :n])
             else:
-                where = position.index_select(0, slot).view(-1)[:n] + slot * table.shape[1]
+                where = torch.add(position.index_select(0, slot).view(-1)[:n], slot,
+                                  alpha=table.shape[1])  # fmt: skip
                 taken = table.view(-1, *table.shape[2:]).index_select(0, where)
             frames[key.position] = taken.view(size, W, *key.encoding.shape)
         return frames

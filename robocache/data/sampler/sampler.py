@@ -103,11 +103,12 @@ class WindowSampler:
         prefetch: batches an iteration prepares ahead, on a CUDA stream of
             the sampler's own, while the caller's step runs (0: each batch
             on the caller's stream when asked for). None (the default): 1
-            where a key's batch is made on the host (mapped keys read from
-            the file, encoded frames decoded), whose copy then runs beside
-            the step; 0 where every key is on the GPU or pinned, cut by one
-            kernel, which a second stream's events would slow more than the
-            overlap gains. Events order them: a batch handed out is ready
+            where a key's batch is made on the host when asked for (mapped
+            keys read from the file, encoded frames decoded on the host or
+            with ``read_ahead=0``), whose copy then runs beside the step; 0
+            where every key is on the GPU or pinned, or decoded ahead by
+            the GPU decoder's queue, cut by one kernel, which a second
+            stream's events would slow more than the overlap gains. Events order them: a batch handed out is ready
             on the caller's current stream, and nothing waits on the host.
         decoding: how keys stored as JPEG or PNG frames are decoded
             (``robocache.data.frames.FrameDecoding``: the backend, the JPEG

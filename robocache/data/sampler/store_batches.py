@@ -125,14 +125,22 @@ class StoreBatches:
     def _prefetch(self, prefetch, on_gpu):
         """Batches made ahead on a side stream: as asked where the batches
         are cut on the GPU; by default only where a key's batch is made on
-        the host (read from the file, or decoded), whose copy then overlaps
-        the step. Not where every key is on the GPU or pinned: their cut is
-        one kernel, and a side stream's events cost the host more than the
-        overlap saves the step."""
+        the host when asked for (read from the file, or decoded then),
+        whose copy then overlaps the step. Not where every key is on the
+        GPU or pinned, or decoded ahead by the GPU decoder's queue (from
+        bytes wherever they lie): their cut is one kernel (a graph), and a
+        side stream's events cost the host more than the overlap saves the
+        step."""
         if not on_gpu:
             return 0
         if prefetch is None:
-            made_on_host = any(p.encoded or p.place not in ("cuda", "pinned") for p in self.plans)
+            decoded_ahead = {f.plan.key for f in self.reader.gpu_frames}
+            if self.options.read_ahead == 0:
+                decoded_ahead = set()
+            made_on_host = any(
+                p.key not in decoded_ahead and (p.encoded or p.place not in ("cuda", "pinned"))
+                for p in self.plans
+            )
             return 1 if made_on_host else 0
         return prefetch
 

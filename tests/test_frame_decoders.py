@@ -6,6 +6,7 @@ JPEG batches, from pinned, mapped and host bytes, under load and without a
 host sync."""
 
 import io
+import os
 import warnings
 
 import pytest
@@ -64,6 +65,13 @@ def test_the_gpu_decoder_checks_its_shares_before_it_starts():
     ]:
         with pytest.raises(ValueError, match=match):
             nvimgcodec.GpuDecoder("cuda", hardware_share, host_share=host_share)
+
+
+def test_the_host_shares_threads_leave_two_cores_to_training(monkeypatch):
+    for usable, expected in [(16, 14), (3, 1), (2, 1), (1, 1)]:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=usable: set(range(n)),
+                            raising=False)  # fmt: skip
+        assert nvimgcodec.default_threads() == expected
 
 
 def test_auto_decodes_on_the_host_off_the_gpu_and_for_png_or_the_fast_idct():
@@ -342,6 +350,12 @@ def test_sampler_jpeg_batches_on_the_gpu_match_the_host_decode(tmp_path, place, 
     kw = dict(batch_size=8, seed=1, device="cuda")
     gpu = WindowSampler(store, DELTAS, cuda_graph=cuda_graph, **kw)
     assert gpu.decoders == {"cam": "nvimgcodec"}
+    # Decoded ahead by the queue, wherever the bytes lie: no side stream by
+    # default; decoded when asked for (read_ahead=0), one batch made ahead
+    # where the windows are cut on the GPU (the anchors there).
+    assert gpu.prefetch == 0
+    asked = WindowSampler(store, DELTAS, read_ahead=0, cuda_graph=False, **kw)
+    assert asked.prefetch == (1 if place == "pinned" else 0)
     if cuda_graph is False or place == "pinned":
         # By default the batches replay CUDA graphs, which gather the decoded
         # frames, where every key is cut on the GPU from anchors there.

@@ -35,8 +35,9 @@ class FrameDecoding:
             TFDS pipelines decode: the same pixels; on the host path, and
             needs simplejpeg).
         threads: the decoder's host threads (default: the CPUs this process
-            may use, at most 16 on the host path; one per core for the GPU
-            decoder's).
+            may use, at most 16 on the host path; for the GPU decoder's host
+            share, those CPUs but two, left to the training loop's own host
+            threads: the caller's and autograd's).
         hardware_share: the share of each batch the GPU decoder gives to the
             GPU's hardware JPEG engines, 0 to 1 (default
             ``nvimgcodec.HARDWARE_SHARE``, 0): libjpeg-turbo's pixels but for

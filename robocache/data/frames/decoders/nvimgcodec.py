@@ -116,13 +116,25 @@ def unavailable():
     return None
 
 
+# Cores the host share's threads leave, by default, to the training loop's
+# own host threads: the caller's, and autograd's that runs the backward.
+CORES_LEFT_TO_TRAINING = 2
+
+
+def default_threads():
+    """The host share's threads by default: the CPUs this process may use,
+    less ``CORES_LEFT_TO_TRAINING`` (at least 1)."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (usable or 1) - CORES_LEFT_TO_TRAINING)
+
+
 class GpuDecoder:
     """JPEG frames decoded on ``device`` (see the module). ``hardware_share``:
     the share of each batch given to the hardware engines (0: none);
     ``host_share``: the share decoded on the host's cores (None: all the
     engines do not take); the rest goes to nvJPEG's CUDA decoder;
-    ``threads``: the decoder's host threads (None: one per
-    core); ``options``: nvImageCodec's decoder options (its defaults: "");
+    ``threads``: the decoder's host threads (None: ``default_threads()``,
+    the usable cores but two); ``options``: nvImageCodec's decoder options (its defaults: "");
     ``batched``: each of the GPU's shares in one call of nvJPEG's batched
     decode (where it loads, else with a warning through nvImageCodec; its
     misses and failures go through nvImageCodec, which names a frame that
@@ -148,12 +160,13 @@ class GpuDecoder:
         self.device = torch.device(device)
         index = self.device.index if self.device.index is not None else torch.cuda.current_device()
         self.device = torch.device("cuda", index)
-        key = (index, self.hardware_share, self.host_share, threads or 0, options, bool(batched))
+        threads = default_threads() if threads is None else threads
+        key = (index, self.hardware_share, self.host_share, threads, options, bool(batched))
         if key not in _decoders:  # one a device and setting: its engines and threads are kept
             library, nvjpeg = library_paths()
             _decoders[key] = torch.classes.robocache.FrameDecoder(
                 library, nvjpeg if batched else "", index, self.hardware_share, self.host_share,
-                threads or 0, options,
+                threads, options,
             )  # fmt: skip
         self.native = _decoders[key]
         why = self.native.batched_error()

@@ -147,9 +147,15 @@ class Reader:
         windows = [len(f.deltas) for f in self.gpu_frames]
         if self.tables is None:
             self.tables = DecodeTables(self.gpu_frames, self.batch_size, windows, depth)
-        if self.tables.busy or self.tables.ahead != depth + 1:
+        if self.tables.busy:
             return DecodeTables(self.gpu_frames, self.batch_size, windows, depth)
         return self.tables
+
+    def decoded_ahead(self, depth):
+        """The keys an iteration reading ``depth`` batches ahead has decoded
+        by the GPU decoder's queue before their batches are asked for (none
+        where ``depth`` is 0: then each batch decodes its own)."""
+        return {f.plan.key for f in self.gpu_frames} if depth else set()
 
     def decode_into(self, outs, rows, index, anchor, edge_tolerance):
         """Each encoded key's windows in ``outs`` replaced by its frames:

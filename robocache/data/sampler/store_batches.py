@@ -134,9 +134,7 @@ class StoreBatches:
         if not on_gpu:
             return 0
         if prefetch is None:
-            decoded_ahead = {f.plan.key for f in self.reader.gpu_frames}
-            if self.options.read_ahead == 0:
-                decoded_ahead = set()
+            decoded_ahead = self.reader.decoded_ahead(self.options.read_ahead)
             made_on_host = any(
                 p.key not in decoded_ahead and (p.encoded or p.place not in ("cuda", "pinned"))
                 for p in self.plans
@@ -151,8 +149,9 @@ class StoreBatches:
         )
         # Frames decoded on the GPU: their slot's frames are gathered in the
         # graph, decoded ahead by the iteration's queue.
-        graphable_frames = not self.reader.frames and (
-            not self.reader.gpu_frames or options.read_ahead > 0
+        decoded_ahead = self.reader.decoded_ahead(options.read_ahead)
+        graphable_frames = not self.reader.frames and all(
+            f.plan.key in decoded_ahead for f in self.reader.gpu_frames
         )
         if cuda_graph is None:  # on where it is safe: the GPU, and batches kept stay kept
             cuda_graph = (

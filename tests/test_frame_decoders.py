@@ -137,8 +137,10 @@ def test_decode_tables_gather_a_slot_named_on_the_host_or_by_the_step_on_the_dev
         assert not table[:, 0].any()  # the frame of "no sample"
         table[:, 1:] = torch.randint(0, 256, table[:, 1:].shape, generator=generator).byte()
         position.copy_(torch.randint(0, table.shape[1], position.shape, generator=generator))
-    for step in range(2 * tables.slots):
-        slot = step % tables.slots
+    for base, step in [(b, s) for b in (0, 7) for s in range(2 * tables.slots)]:
+        # An iteration's batch `step`, the queue's step base + step.
+        tables.base.fill_(base)
+        slot = (base + step) % tables.slots
         on_device = tables.gather(tables.slot_of(torch.tensor([step])), 2)
         on_host = tables.gather(slot, 2)
         assert on_device.keys() == on_host.keys() == {1, 4}
@@ -147,6 +149,20 @@ def test_decode_tables_gather_a_slot_named_on_the_host_or_by_the_step_on_the_dev
             expected = table[slot][position[slot, : 2 * W]].view(2, W, *table.shape[2:])
             assert torch.equal(on_host[k], expected)
             assert torch.equal(on_device[k], expected)
+
+
+def test_an_epochs_parts_are_its_batches_anchors_sliced_when_asked_for():
+    from robocache.data.sampler.order import EpochParts
+
+    anchors = torch.arange(10) * 3
+    parts = EpochParts(anchors, batch_size=4, count=3)
+    assert [p.tolist() for p in parts] == [[0, 3, 6, 9], [12, 15, 18, 21], [24, 27]]
+    assert [parts.size(i) for i in range(len(parts))] == [4, 4, 2]
+    with pytest.raises(IndexError, match="batch 3 of an epoch of 3"):
+        parts[3]
+    dropped = EpochParts(anchors, batch_size=4, count=2)  # drop_last: the last 2 unread
+    assert dropped.anchors.tolist() == anchors[:8].tolist()
+    assert [dropped.size(i) for i in range(2)] == [4, 4]
 
 
 def test_the_gpu_backend_asked_for_batches_on_the_host_is_an_error(monkeypatch):
@@ -417,6 +433,51 @@ def test_two_iterations_at_once_decode_into_tables_of_their_own():
         _assert_close_to_host(got_first, expected)
         _assert_close_to_host(got_second, expected)
         del first, second
+
+
+@requires_gpu_decoder
+@pytest.mark.parametrize("cuda_graph", [False, None])
+def test_the_queue_runs_on_into_the_epoch_guessed_to_follow(cuda_graph):
+    store = _jpeg_store().place({"cam": "pinned", "*": "cuda"})
+    kw = dict(batch_size=8, seed=2)
+    host = WindowSampler(store, DELTAS, decoding=FrameDecoding(backend="host"), cuda_graph=False,
+                         **kw)  # fmt: skip
+    gpu = WindowSampler(store, DELTAS, cuda_graph=cuda_graph, **kw)
+    batches, count = gpu._batches, len(gpu)
+
+    def run(epoch, stop=None):
+        """The epoch's batches (the first ``stop``) against the host's; then
+        (epoch guessed next, its batches' first step in the queue, the queue)."""
+        gpu.set_epoch(epoch)
+        host.set_epoch(epoch)
+        batches_of = iter(gpu)
+        got = [{k: v.cpu() for k, v in b.items()} for _, b in zip(range(stop or count), batches_of)]
+        batches_of.close()
+        _assert_close_to_host(got, _batches(host)[: len(got)])
+        following = batches._following
+        return following and (following[0], following[2].base, following[2].decoding)
+
+    guessed, base, queue = run(0)
+    assert (guessed, base) == (1, count)  # by default the next
+    guessed, base, same = run(1)
+    assert same is queue and (guessed, base) == (2, 2 * count)  # ran on into epoch 1
+    guessed, base, queue = run(1)
+    assert queue is not same and (guessed, base) == (1, count)  # epoch 1 again: a new queue
+    guessed, base, same = run(1)
+    assert same is queue and (guessed, base) == (1, 2 * count)
+    guessed, base, queue = run(4)
+    assert queue is not same and (guessed, base) == (5, count)
+    assert run(5, stop=2) is None  # an epoch left early: its queue closed
+    assert not queue.tables.busy
+    assert run(5)[:2] == (5, count)  # the same epoch as the last iteration's
+    if cuda_graph is None:
+        assert gpu.graphs is not None
+    # An order that does not shuffle is every epoch's.
+    still = WindowSampler(store, DELTAS, shuffle=False, cuda_graph=cuda_graph, **kw)
+    first = _batches(still)
+    still.set_epoch(7)
+    _assert_close_to_host(_batches(still), first)
+    assert still._batches._following[2].base == 2 * len(still)
 
 
 @requires_gpu_decoder

@@ -25,17 +25,16 @@ FrameQueue::FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at:
                        int64_t ahead, int64_t workers)
     : values_(std::move(values)),
       byte_offsets_(std::move(byte_offsets)),
-      rows_(std::move(rows)),
       tables_(std::move(tables)),
       positions_(std::move(positions)) {
   const size_t keys = values_.size();
-  ROBOCACHE_CHECK_VALUE(keys >= 1 && byte_offsets_.size() == keys && rows_.size() == keys &&
+  ROBOCACHE_CHECK_VALUE(keys >= 1 && byte_offsets_.size() == keys && rows.size() == keys &&
                             tables_.size() == keys && positions_.size() == keys,
                         kWhere,
                         ": values, byte_offsets, rows, tables and positions need one "
                         "tensor per key, at least one key");
   const auto device = at::Device(at::kCUDA, index_of(*decoder));
-  steps_ = rows_[0].dim() == 2 ? rows_[0].size(0) : -1;
+  const int64_t steps = rows[0].dim() == 2 ? rows[0].size(0) : -1;
   slots_ = tables_[0].dim() == 5 ? tables_[0].size(0) : -1;
   ROBOCACHE_CHECK_VALUE(slots_ >= 1, kWhere,
                         ": tables must be (slots, M + 1, H, W, C), slots >= 1");
@@ -51,16 +50,13 @@ FrameQueue::FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at:
     // decoding steps ahead, take the SMs the step leaves.
     work_streams_.push_back(c10::cuda::getStreamFromPool(decoder->uses_hardware(), device.index()));
   }
-  decoded_.assign(std::max<int64_t>(steps_, 0), 0);
   for (size_t k = 0; k < keys; ++k) {
     check_encoded(values_[k], byte_offsets_[k], kWhere);
-    const auto& r = rows_[k];
-    ROBOCACHE_CHECK_VALUE(r.device().is_cpu() && r.scalar_type() == at::kLong && r.dim() == 2 &&
-                              r.is_contiguous() && r.size(0) == steps_,
-                          kWhere, ": rows[", k,
-                          "] must be a contiguous (steps, M) int64 host "
-                          "tensor with the steps of rows[0]");
-    const int64_t M = r.size(1);
+    widths_.push_back(rows[k].dim() == 2 ? rows[k].size(1) : -1);
+  }
+  check_rows(rows);
+  for (size_t k = 0; k < keys; ++k) {
+    const int64_t M = widths_[k];
     const auto& t = tables_[k];
     ROBOCACHE_CHECK_VALUE(t.device() == device && t.scalar_type() == at::kByte && t.dim() == 5 &&
                               t.is_contiguous() && t.size(0) == slots_ && t.size(1) >= 1 &&
@@ -94,6 +90,9 @@ FrameQueue::FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at:
                                                     work_stream);
     }
   }
+  extents_.push_back({0, std::move(rows), nullptr});
+  steps_ = steps;
+  decoded_as_.assign(slots_, -1);
   ready_.resize(slots_);
   released_.resize(slots_);
   for (int64_t q = 0; q < slots_; ++q) {
@@ -103,6 +102,58 @@ FrameQueue::FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at:
   for (int64_t w = 0; w < workers; ++w) {
     threads_.emplace_back([this, w] { work(w); });
   }
+}
+
+void FrameQueue::check_rows(const std::vector<at::Tensor>& rows) const {
+  ROBOCACHE_CHECK_VALUE(rows.size() == widths_.size(), kWhere, ": rows need one tensor per key (",
+                        widths_.size(), "); got ", rows.size());
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const auto& r = rows[k];
+    ROBOCACHE_CHECK_VALUE(r.device().is_cpu() && r.scalar_type() == at::kLong && r.dim() == 2 &&
+                              r.is_contiguous() && r.size(0) == rows[0].size(0) &&
+                              r.size(1) == widths_[k],
+                          kWhere, ": rows[", k,
+                          "] must be a contiguous (steps, M) int64 host tensor with the steps of "
+                          "rows[0] and the key's M (",
+                          widths_[k], ")");
+  }
+}
+
+int64_t FrameQueue::extend(std::vector<at::Tensor> rows, bool written_on_stream) {
+  check_rows(rows);
+  const int64_t steps = rows[0].size(0);
+  std::shared_ptr<CUevent_st> written;
+  if (written_on_stream) {
+    const auto device = index_of(*decoders_[0]);
+    c10::cuda::CUDAGuard guard(device);
+    cudaEvent_t event = nullptr;
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    written.reset(event, [](cudaEvent_t e) { cudaEventDestroy(e); });
+    C10_CUDA_CHECK(cudaEventRecord(event, c10::cuda::getCurrentCUDAStream(device).stream()));
+  }
+  int64_t first = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ROBOCACHE_CHECK(!stopping_, kWhere, ".extend: the queue is closed");
+    first = steps_;
+    if (steps > 0) {
+      extents_.push_back({first, std::move(rows), std::move(written)});
+      steps_ += steps;
+    }
+  }
+  changed_.notify_all();
+  return first;
+}
+
+FrameQueue::Extent FrameQueue::extent_of(int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& extent : extents_) {
+    if (step >= extent.first && step < extent.first + extent.rows[0].size(0)) {
+      return extent;  // held by the caller while it reads its rows
+    }
+  }
+  ROBOCACHE_CHECK(false, kWhere, ": step ", step, " is not one of the steps known");
+  return {};
 }
 
 FrameQueue::~FrameQueue() {
@@ -170,11 +221,15 @@ void FrameQueue::work(int64_t worker) {
   std::vector<FrameTarget> targets;
   std::vector<std::pair<int64_t, int64_t>> owners;
   const int64_t workers = static_cast<int64_t>(decoders_.size());
-  for (int64_t step = worker; step < steps_; step += workers) {
+  for (int64_t step = worker;; step += workers) {
     {
+      // The step once it is known and its slot may be written; none past a
+      // step that failed.
       std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(
-          lock, [&] { return stopping_ || failed_step_ >= 0 || step < released_steps_ + ahead_; });
+      changed_.wait(lock, [&] {
+        return stopping_ || (failed_step_ >= 0 && failed_step_ < step) ||
+               (step < steps_ && step < released_steps_ + ahead_);
+      });
       if (stopping_ || (failed_step_ >= 0 && failed_step_ < step)) {
         return;
       }
@@ -192,7 +247,7 @@ void FrameQueue::work(int64_t worker) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!failed) {
-        decoded_[step] = 1;
+        decoded_as_[step % slots_] = step;
       }
     }
     changed_.notify_all();
@@ -233,9 +288,15 @@ bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarg
   targets.clear();
   owners.clear();
   std::vector<int64_t> distinct;
+  const Extent extent = extent_of(step);
+  if (extent.written != nullptr) {
+    C10_CUDA_CHECK(cudaEventSynchronize(extent.written.get()));
+  }
+  const std::vector<at::Tensor>& rows = extent.rows;
+  const int64_t in_extent = step - extent.first;
   for (size_t k = 0; k < values_.size(); ++k) {
-    const int64_t M = rows_[k].size(1);
-    const int64_t* wanted = rows_[k].data_ptr<int64_t>() + step * M;
+    const int64_t M = widths_[k];
+    const int64_t* wanted = rows[k].data_ptr<int64_t>() + in_extent * M;
     distinct.assign(wanted, wanted + M);
     std::sort(distinct.begin(), distinct.end());
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
@@ -279,7 +340,7 @@ bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarg
     return false;
   }
   for (size_t k = 0; k < values_.size(); ++k) {
-    const int64_t M = rows_[k].size(1);
+    const int64_t M = widths_[k];
     C10_CUDA_CHECK(cudaMemcpyAsync(
         positions_[k].data_ptr<int64_t>() + slot * M, staged_[k].data_ptr<int64_t>() + slot * M,
         static_cast<size_t>(M) * sizeof(int64_t), cudaMemcpyHostToDevice, cuda_stream));
@@ -289,19 +350,20 @@ bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarg
 }
 
 int64_t FrameQueue::take(int64_t step) {
-  ROBOCACHE_CHECK_VALUE(step >= 0 && step < steps_, kWhere, ".take: step ", step,
-                        " is not one of the ", steps_, " steps");
+  const int64_t slot = step % slots_;
   {
     std::unique_lock<std::mutex> lock(mutex_);
+    ROBOCACHE_CHECK_VALUE(step >= released_steps_ && step < steps_, kWhere, ".take: step ", step,
+                          " is not one of the steps known and not released (", released_steps_,
+                          " to ", steps_ - 1, ")");
     changed_.wait(lock, [&] {
-      return stopping_ || decoded_[step] || (failed_step_ >= 0 && failed_step_ <= step);
+      return stopping_ || decoded_as_[slot] == step || (failed_step_ >= 0 && failed_step_ <= step);
     });
     if (failed_step_ >= 0 && step >= failed_step_) {
       return -1;
     }
-    ROBOCACHE_CHECK(decoded_[step], kWhere, ".take: the queue is closed");
+    ROBOCACHE_CHECK(decoded_as_[slot] == step, kWhere, ".take: the queue is closed");
   }
-  const int64_t slot = step % slots_;
   auto cuda_stream = c10::cuda::getCurrentCUDAStream(index_of(*decoders_[0]));
   C10_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream.stream(), ready_[slot], 0));
   return slot;
@@ -311,12 +373,15 @@ void FrameQueue::release(int64_t step) {
   const int64_t slot = step % slots_;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    ROBOCACHE_CHECK_VALUE(step == released_steps_ && step < steps_ && decoded_[step], kWhere,
+    ROBOCACHE_CHECK_VALUE(step == released_steps_ && decoded_as_[slot] == step, kWhere,
                           ".release: steps are released in order, each once taken; expected ",
                           released_steps_, ", got ", step);
     auto cuda_stream = c10::cuda::getCurrentCUDAStream(index_of(*decoders_[0]));
     C10_CUDA_CHECK(cudaEventRecord(released_[slot], cuda_stream.stream()));
     released_steps_ = step + 1;
+    while (extents_.size() > 1 && extents_[1].first <= released_steps_) {
+      extents_.pop_front();  // every step of it released
+    }
   }
   changed_.notify_all();
 }

@@ -1,10 +1,12 @@
-// An epoch's JPEG frames decoded ahead on native threads: for each step,
-// the distinct frames its windows read, decoded in one call into a ring of
-// device tables, with no Python and no GIL on those threads (each with its
-// own decoder and CUDA stream, taking the steps in turn, so that one
-// step's decode overlaps the next's). The caller takes
-// a step's table (ordered on its current CUDA stream by an event), gathers
-// its windows from it, and releases it for the step `slots` later.
+// JPEG frames decoded ahead on native threads: for each step, the distinct
+// frames its windows read, decoded in one call into a ring of device
+// tables, with no Python and no GIL on those threads (each with its own
+// decoder and CUDA stream, taking the steps in turn, so that one step's
+// decode overlaps the next's). The caller takes a step's table (ordered on
+// its current CUDA stream by an event), gathers its windows from it, and
+// releases it for the step `slots` later. The steps are numbered on from
+// one epoch to the next: `extend` appends an epoch's steps while the last
+// one's are still taken, and the threads decode on into them.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -13,6 +15,8 @@
 #include <torch/custom_class.h>
 
 #include <condition_variable>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -36,13 +40,19 @@ class FrameQueue : public torch::CustomClassHolder {
   // be decoded (at most slots: the slots past it let the hardware engines,
   // which write as soon as they are called, wait for the release of a slot
   // the caller's stream let go of steps ago, rather than just now); workers:
-  // the threads (at most ahead).
+  // the threads (at most ahead). The steps of rows are numbered from 0.
   FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at::Tensor> values,
              std::vector<at::Tensor> byte_offsets, std::vector<at::Tensor> rows,
              std::vector<at::Tensor> tables, std::vector<at::Tensor> positions, int64_t ahead,
              int64_t workers);
   ~FrameQueue() override;
 
+  // Appends the steps of `rows` (one (steps, M_k) int64 host tensor per
+  // key, M_k as the constructor's) after the steps known; returns the
+  // number of the first. `written_on_stream`: the rows are written by work
+  // queued on the current CUDA stream (a copy from the device), which the
+  // threads wait for before they read them.
+  int64_t extend(std::vector<at::Tensor> rows, bool written_on_stream);
   // The slot holding `step`, ready on the current CUDA stream; -1 where
   // that step's frames did not decode (failure() says which and why).
   // Waits on the host only while the step is still being decoded.
@@ -63,22 +73,37 @@ class FrameQueue : public torch::CustomClassHolder {
   // The current CUDA stream made to wait for the work streams' work.
   cudaError_t follow_work_streams();
   void work(int64_t worker);
+  // The checks of one extent's rows (`steps` of them, or any where -1).
+  void check_rows(const std::vector<at::Tensor>& rows) const;
+  // The steps from `first` on: one (steps, M_k) tensor per key, and the
+  // event after which they hold their values (null: they do now).
+  struct Extent {
+    int64_t first;
+    std::vector<at::Tensor> rows;
+    std::shared_ptr<CUevent_st> written;
+  };
+  // The extent holding `step`.
+  Extent extent_of(int64_t step);
   // Records a step that failed for `why` (not a frame's decode); true.
   bool fail(int64_t step, const std::string& why);
   bool decode_step(int64_t step, int64_t worker, std::vector<FrameTarget>& targets,
                    std::vector<std::pair<int64_t, int64_t>>& owners);
 
   std::vector<c10::intrusive_ptr<FrameDecoder>> decoders_;  // one a worker
-  std::vector<at::Tensor> values_, byte_offsets_, rows_, tables_, positions_, staged_;
-  int64_t steps_, slots_, ahead_;
+  std::vector<at::Tensor> values_, byte_offsets_, tables_, positions_, staged_;
+  std::vector<int64_t> widths_;  // M_k: each key's window positions a step
+  int64_t slots_, ahead_;
   std::vector<c10::cuda::CUDAStream> work_streams_;  // one a worker
   cudaEvent_t start_ = nullptr;                      // the caller's stream when the queue was made
   std::vector<cudaEvent_t> ready_, released_;
 
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::vector<char> decoded_;   // each step: decoded (ready on its worker's stream)
-  int64_t released_steps_ = 0;  // steps released by the caller
+  // The steps known, in extents (those released dropped).
+  std::deque<Extent> extents_;
+  int64_t steps_ = 0;
+  std::vector<int64_t> decoded_as_;  // each slot: the step decoded into it (-1: none yet)
+  int64_t released_steps_ = 0;       // steps released by the caller
   int64_t failed_step_ = -1;
   std::tuple<int64_t, int64_t, std::string> failure_{-1, -1, ""};
   bool stopping_ = false;

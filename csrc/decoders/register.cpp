@@ -20,6 +20,7 @@ TORCH_LIBRARY_FRAGMENT(robocache, m) {
       .def(torch::init<c10::intrusive_ptr<FrameDecoder>, std::vector<at::Tensor>,
                        std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>,
                        std::vector<at::Tensor>, int64_t, int64_t>())
+      .def("extend", &FrameQueue::extend)
       .def("take", &FrameQueue::take)
       .def("release", &FrameQueue::release)
       .def("failure", &FrameQueue::failure)

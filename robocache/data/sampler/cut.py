@@ -79,6 +79,18 @@ class WindowCut:
                 cut.outs[k], cut.pads[k], cut.ages[k] = outs[j], pads[j], ages[j]
         return cut
 
+    def timeline(self, k):
+        """Key position k as its launch holds it: (values, times, offsets,
+        deltas, (anchor_offsets, anchor_times)), on the device it is cut on."""
+        for _, ks, arguments in self.calls:
+            if k in ks:
+                j = ks.index(k)
+                anchor = (arguments["anchor_offsets"], arguments["anchor_times"])
+                return tuple(arguments[n][j] for n in ("values", "times", "offsets", "deltas")) + (
+                    anchor,
+                )
+        raise KeyError(k)
+
     def check(self, index_device):
         """Every check of the operator, once, on an empty batch."""
         self(torch.empty(0, dtype=torch.int64, device=index_device))
@@ -86,10 +98,10 @@ class WindowCut:
 
 def rows_around(plan, row_numbers, times, offsets, anchor, index, edge_tolerance, **rule):
     """The host's cut of one key over its row numbers: (B, W, 1) rows and
-    (B,) episodes. ``rule`` overrides the plan's (mode, deltas, interval,
-    tolerance)."""
+    (B,) episodes, on the device of its arguments. ``rule`` overrides the
+    plan's (mode, deltas, interval, tolerance)."""
     mode = rule.get("mode", plan.mode)
-    deltas = rule.get("deltas", plan.deltas).cpu()
+    deltas = rule["deltas"] if "deltas" in rule else plan.deltas.cpu()
     interval = rule.get("interval", plan.interval)
     tolerance = rule.get("tolerance", plan.tolerance)
     outs, _, _, episode, _ = anchor_windows(

@@ -10,9 +10,11 @@ row numbers, with the keys held there, and an iteration decodes ahead: its
 order gives every batch's rows when it starts, and a native queue decodes
 each batch's distinct frames on a thread of its own, without the GIL, into
 a ring of device tables (``DecodeAhead``) that the sampler keeps from one
-iteration to the next (``DecodeTables``). A batch's frames are gathered
-from its slot, which the device can find from the step alone: a CUDA graph
-replays the gather."""
+iteration to the next (``DecodeTables``). The queue's steps run on from one
+epoch into the next (``DecodedEpoch``: an iteration's batches, from a step
+on), so that the next epoch's first batches are decoded while this one's
+last are taken. A batch's frames are gathered from its slot, which the
+device can find from the step alone: a CUDA graph replays the gather."""
 
 import torch
 
@@ -39,6 +41,9 @@ class FrameKey:
         self.deltas = plan.deltas.cpu()  # read on the host each batch: copied once
         self.episode_index = episode_index.cpu()
         self.row_numbers = torch.arange(1, self.times.numel() + 1).view(-1, 1)
+        # Its cut's arguments on the GPU (WindowCut.timeline), set by the
+        # sampler: an epoch's rows are found there.
+        self.timeline = None
         # What the cut cuts in place of the frames: with the GPU decoder, on the GPU.
         self.cut_values = (
             self.row_numbers.to(self.decoder.device) if self.on_gpu else self.row_numbers
@@ -52,6 +57,20 @@ class FrameKey:
             deltas=self.deltas,
         )  # fmt: skip
         return rows
+
+    def same_rows(self, other):
+        """Whether ``rows_of`` gives this key's rows and ``other``'s alike
+        (the same times, episodes, deltas and rule: cameras of one clock)."""
+        a, b = self.plan, other.plan
+        return (
+            (a.mode, a.interval, a.tolerance) == (b.mode, b.interval, b.tolerance)
+            and self.times.shape == other.times.shape
+            and self.offsets.shape == other.offsets.shape
+            and self.deltas.shape == other.deltas.shape
+            and torch.equal(self.deltas, other.deltas)
+            and torch.equal(self.offsets, other.offsets)
+            and torch.equal(self.times, other.times)
+        )
 
     def decode(self, rows):
         """(keys, frames): the distinct rows + 1 of ``rows``, sorted, with 0
@@ -121,8 +140,9 @@ class DecodeTables:
     (1 + B * W, *shape) frames (row 0: the frame of "no sample", zeros;
     then each distinct frame a batch reads) and (B * W,) positions, where
     each window position's frame lies in its slot's table. Batch i of an
-    iteration lies in slot i % slots. ``busy``: an iteration's queue
-    decodes into them."""
+    iteration lies in slot (base + i) % slots, ``base`` (a (1,) int64 on
+    the device, for the graphs) the queue's step of the iteration's batch 0.
+    ``busy``: a queue decodes into them."""
 
     def __init__(self, keys, batch_size, windows, depth):
         self.keys, self.windows, self.batch_size = keys, windows, batch_size
@@ -130,6 +150,7 @@ class DecodeTables:
         self.ahead = depth + 1
         self.slots = slots = self.ahead + nvimgcodec.SLOTS_BEHIND
         device = keys[0].decoder.device
+        self.base = torch.zeros(1, dtype=torch.int64, device=device)
         self.tables, self.positions = [], []
         for key, W in zip(keys, windows):
             table = torch.empty((slots, 1 + batch_size * W, *key.encoding.shape),
@@ -157,39 +178,98 @@ class DecodeTables:
         return frames
 
     def slot_of(self, step):
-        """The slot of the batch at ``step`` (a (1,) int64 tensor on the device)."""
-        return torch.remainder(step, self.slots)
+        """The slot of an iteration's batch ``step`` (a (1,) int64 tensor on the device)."""
+        return torch.remainder(step + self.base, self.slots)
 
 
 class DecodeAhead:
-    """The GPU-decoded keys' frames of an iteration's batches (``parts``:
-    each batch's anchor rows, on the host), decoded ahead into ``tables``
-    (a DecodeTables) by a native queue. ``take(i)``, on the stream that
-    makes batch i: its slot, ready on that stream; ``release(i)`` once the
-    work that reads it is queued there: the slot then takes a later batch.
-    ``get(i)``: take, gather (key position -> (B, W, *shape) frames) and
-    release. ``close()`` stops the queue's thread."""
+    """The GPU-decoded keys' frames of batches decoded ahead into ``tables``
+    (a DecodeTables) by a native queue, whose steps run on from one epoch to
+    the next: steps 0, 1, ... are the batches of ``parts`` (an EpochParts:
+    each batch's anchor rows, on the host), and ``extend(parts)`` appends a
+    next epoch's (returning the step of its first). ``take(step)``, on the stream that
+    makes that batch: its slot, ready on that stream; ``release(step)``
+    once the work that reads it is queued there: the slot then takes a
+    later step. ``get(step)``: take, gather (key position -> (B, W, *shape)
+    frames) and release. ``close()`` stops the queue's thread."""
 
     def __init__(self, tables, anchor, edge_tolerance, parts):
         self.tables, self.keys = tables, tables.keys
+        self.anchor, self.edge_tolerance = anchor, edge_tolerance
         self.queue = None
-        self.sizes = [p.numel() for p in parts]
-        steps, batch = len(parts), tables.batch_size
-        everything = torch.cat(parts).cpu()
-        rows = []
-        for key, W in zip(self.keys, tables.windows):
-            found = key.rows_of(everything, anchor, edge_tolerance).reshape(everything.numel(), -1)
-            per_step = torch.zeros((steps, batch * W), dtype=torch.int64)
-            per_step.view(-1, W)[: found.shape[0]] = found  # the last batch padded with "none"
-            rows.append(per_step)
+        self.sizes = {}  # step -> its batch's size, until released
+        self.released = 0  # the steps released
+        # Keys whose rows are another's (found once an epoch): that key's position.
+        self.twin = [
+            next(j for j in range(k + 1) if self.keys[j].same_rows(key))
+            for k, key in enumerate(self.keys)
+        ]
+        device = tables.base.device
+        # An epoch's rows are found on a CUDA stream of their own, from the
+        # keys' cut arguments there, and copied to pinned memory; the queue's
+        # threads wait for them there.
+        self.on_device = all(k.timeline is not None for k in self.keys)
+        if self.on_device:
+            self.rows_stream = torch.cuda.Stream(device)
+            self.rows_stream.wait_stream(torch.cuda.current_stream(device))
+        none = [torch.zeros((0, tables.batch_size * W), dtype=torch.int64) for W in tables.windows]
         self.queue = self.keys[0].decoder.queue(
-            [k.values for k in self.keys], [k.bounds for k in self.keys], rows, tables.tables,
+            [k.values for k in self.keys], [k.bounds for k in self.keys], none, tables.tables,
             tables.positions, tables.ahead,
         )  # fmt: skip
         tables.busy = True
+        try:
+            self.extend(parts)
+        except BaseException:
+            self.close()
+            raise
 
-    def take(self, i):
-        slot = self.queue.take(i)
+    def _rows(self, parts):
+        """Per key the (steps, B * W) int64 row + 1 of each step's window
+        positions (the last batch padded with "none"), on the device where
+        the keys are cut there."""
+        steps, batch = len(parts), self.tables.batch_size
+        device = self.tables.base.device if self.on_device else torch.device("cpu")
+        index = parts.anchors.to(device, non_blocking=True)
+        n = index.numel()
+        rows = []
+        for k, (key, W) in enumerate(zip(self.keys, self.tables.windows)):
+            if self.twin[k] != k:
+                rows.append(rows[self.twin[k]])
+                continue
+            per_step = torch.zeros((steps * batch, W), dtype=torch.int64, device=device)
+            if n and self.on_device:
+                values, times, offsets, deltas, anchor = key.timeline
+                found, _ = rows_around(key.plan, values, times, offsets, anchor, index,
+                                       self.edge_tolerance, deltas=deltas)  # fmt: skip
+                per_step[:n] = found.view(n, W)
+            elif n:
+                per_step[:n] = key.rows_of(index, self.anchor, self.edge_tolerance).view(n, W)
+            rows.append(per_step.view(steps, batch * W))
+        return rows
+
+    def _sized(self, first, parts):
+        for i in range(len(parts)):
+            self.sizes[first + i] = parts.size(i)
+
+    def extend(self, parts):
+        """Appends the batches of ``parts`` (an EpochParts) to the queue's
+        steps; the step of the first."""
+        if not self.on_device:
+            first = self.queue.extend(self._rows(parts), False)
+        else:
+            with torch.cuda.stream(self.rows_stream):
+                copies, rows = {}, []
+                for found in self._rows(parts):  # a twin's rows copied once
+                    if id(found) not in copies:
+                        copies[id(found)] = found.to("cpu", non_blocking=True)
+                    rows.append(copies[id(found)])
+                first = self.queue.extend(rows, True)  # read once the copies are done
+        self._sized(first, parts)
+        return first
+
+    def take(self, step):
+        slot = self.queue.take(step)
         if slot < 0:
             k, row, why = self.queue.failure()
             if k < 0:
@@ -198,16 +278,47 @@ class DecodeAhead:
             raise ValueError(f"{key.where(row)}: the jpeg frame does not decode: {why}")
         return slot
 
-    def release(self, i):
-        self.queue.release(i)
+    def release(self, step):
+        self.queue.release(step)
+        self.sizes.pop(step, None)
+        self.released = step + 1
 
-    def get(self, i):
-        frames = self.tables.gather(self.take(i), self.sizes[i])
-        self.release(i)
+    def get(self, step):
+        frames = self.tables.gather(self.take(step), self.sizes[step])
+        self.release(step)
         return frames
+
+    @property
+    def closed(self):
+        return self.queue is None
 
     def close(self):
         if self.queue is not None:
             self.queue.close()
             self.tables.busy = False
             self.queue = None
+
+
+class DecodedEpoch:
+    """An iteration's ``count`` batches in a DecodeAhead: batch i is its
+    step ``base + i``. ``done``: every batch released."""
+
+    def __init__(self, decoding, base, count):
+        self.decoding, self.base, self.count = decoding, base, count
+        self.tables = decoding.tables
+
+    def take(self, i):
+        return self.decoding.take(self.base + i)
+
+    def release(self, i):
+        self.decoding.release(self.base + i)
+
+    def get(self, i):
+        return self.decoding.get(self.base + i)
+
+    @property
+    def done(self):
+        return self.decoding.released >= self.base + self.count
+
+    def close(self):
+        self.decoding.close()

@@ -103,7 +103,13 @@ def epoch_order(anchors, n, rank, world_size, sharded, generator):
     def permuted(x):
         if generator is None:
             return x
-        return x[torch.randperm(x.numel(), generator=generator, device=x.device)]
+        permutation = torch.randperm(x.numel(), generator=generator, device=x.device)
+        if x.device.type == "cpu":
+            # On the host, gathered on this thread: torch's indexing would
+            # spread it over the intra-op threads, which wait for cores
+            # beside a training loop and the frame decoder's threads.
+            return torch.from_numpy(x.numpy()[permutation.numpy()])
+        return x[permutation]
 
     def fit(x, m):
         return x[:m] if x.numel() >= m else x.repeat(math.ceil(m / x.numel()))[:m]
@@ -172,3 +178,25 @@ class StepCursor:
         rows = self.table[torch.add(ramp, self.step, alpha=self.stride)]
         self.step.add_(1)
         return rows
+
+
+class EpochParts:
+    """An epoch's batches' anchors, each batch's sliced when asked for:
+    ``parts[i]`` holds the anchors of batch i, of ``size(i)`` rows (the
+    batch size, the last batch's maybe fewer); ``anchors`` those of every
+    batch, in order."""
+
+    def __init__(self, anchors, batch_size, count):
+        self.anchors = anchors[: count * batch_size]
+        self.batch_size, self.count = batch_size, count
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, i):
+        if not 0 <= i < self.count:
+            raise IndexError(f"batch {i} of an epoch of {self.count}")
+        return self.anchors[i * self.batch_size : (i + 1) * self.batch_size]
+
+    def size(self, i):
+        return min(self.batch_size, self.anchors.numel() - i * self.batch_size)

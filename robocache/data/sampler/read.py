@@ -24,7 +24,7 @@ import torch
 
 from ..store.rows import reader_pool
 from .cut import rows_around
-from .decode import DecodeAhead, DecodeTables, FrameKey
+from .decode import DecodeAhead, DecodedEpoch, DecodeTables, FrameKey
 
 
 @dataclass
@@ -120,19 +120,22 @@ class Reader:
         """Every encoded key, whichever decoder it has."""
         return self.frames + self.gpu_frames
 
-    def ahead(self, anchor, edge_tolerance, indices, depth):
+    def ahead(self, anchor, edge_tolerance, indices, depth, decoded=None):
         """An Ahead of ``indices``' batches, or None where there is nothing
-        to read ahead."""
+        to read ahead. ``decoded``: the DecodedEpoch of these batches, where
+        a queue already decodes them (else one is started)."""
         if not self or not depth or not indices:
             return None
         host = None
         if self.mapped or self.frames:
             host = ReadAhead(self.mapped, anchor, edge_tolerance, indices, depth,
                              frames=self.frames)  # fmt: skip
-        gpu = None
-        if self.gpu_frames:
+        gpu = decoded
+        if self.gpu_frames and gpu is None:
             try:
-                gpu = DecodeAhead(self.decode_tables(depth), anchor, edge_tolerance, indices)
+                tables = self.decode_tables(depth)
+                decoding = DecodeAhead(tables, anchor, edge_tolerance, indices)
+                gpu = DecodedEpoch(decoding, 0, len(indices))
             except BaseException:
                 if host is not None:
                     host.close()
@@ -187,9 +190,11 @@ class Ahead:
             rows.decoded = self.gpu.get(i)
         return rows
 
-    def close(self):
+    def close(self, keep_decoding=False):
+        """Stops the work; the GPU's queue goes on where ``keep_decoding``
+        (its steps run on into a next epoch's)."""
         try:
-            if self.gpu is not None:
+            if self.gpu is not None and not keep_decoding:
                 self.gpu.close()
         finally:
             if self.host is not None:

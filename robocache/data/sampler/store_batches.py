@@ -16,6 +16,7 @@ from ..augment import KeyAugmentation
 from ..time import ns_to_seconds
 from . import order
 from .cut import WindowCut
+from .decode import DecodedEpoch
 from .graphs import COUNTS_REFERENCES, BatchGraphs, check_graph_options
 from .pipeline import batch_stream
 from .plan import plan_keys
@@ -56,6 +57,8 @@ class StoreBatches:
             self.reader.row_numbers,
         )  # fmt: skip
         self._check_cut()
+        for frames in self.reader.gpu_frames:
+            frames.timeline = self.cut.timeline(frames.position)
         self.transform = Transform(
             self.plans, self.row_tables, self.device, options.key_age, self.augmentation,
             self.seed, self.rank,
@@ -68,6 +71,10 @@ class StoreBatches:
             self.cursor = order.StepCursor(self._per_rank, self.batch_size, self.device)
             self._static = {}  # batch size -> the index batch_at's graphs read
         self._cursor_user = None
+        # (epoch guessed, its anchors, its DecodedEpoch): the GPU decoder's
+        # queue run on into the epoch guessed to follow the last iteration.
+        self._following = None
+        self._last_epoch = None
 
     def _index_anchors(self, store, drop_n_last_frames):
         anchor_stream = store[self.anchor]
@@ -190,28 +197,82 @@ class StoreBatches:
         n = self._per_rank
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
-    def epoch(self, epoch):
-        """The batches of ``epoch``, made as the caller asks for them."""
+    def _order(self, epoch):
+        """The anchors of ``epoch``, in the order its batches visit them."""
         sharded = self.store.shard is not None
         generator = None
         if self.shuffle:
             generator = order.epoch_generator(self.anchors, self.seed, epoch, self.rank, sharded)
-        anchors = order.epoch_order(
+        return order.epoch_order(
             self.anchors, self._per_rank, self.rank, self.world_size, sharded, generator
         )
+
+    def _parts(self, anchors):
+        return order.EpochParts(anchors, self.batch_size, len(self))
+
+    def _resume(self, epoch):
+        """(anchors, DecodedEpoch) of ``epoch`` where the GPU decoder's queue
+        already decodes its batches, run on from the last iteration's; else
+        None (that queue closed, unless an iteration still open uses it: it
+        closes it itself)."""
+        following, self._following = self._following, None
+        if following is None:
+            return None
+        guessed, anchors, decoded = following
+        if decoded.decoding.released != decoded.base:
+            return None
+        if guessed == epoch or not self.shuffle:
+            return anchors, decoded
+        decoded.close()
+        return None
+
+    def _decode_following(self, epoch, last_epoch, decoded):
+        """The GPU decoder's queue runs on into the batches of the epoch
+        guessed to follow ``epoch``: the next, or the same where the last
+        two iterations had the same one (any where the order does not
+        shuffle)."""
+        step = epoch - last_epoch if last_epoch is not None else 1
+        guessed = epoch + (step if step in (0, 1) else 1)
+        anchors = self._order(guessed)
+        base = decoded.decoding.extend(self._parts(anchors))
+        self._following = (guessed, anchors, DecodedEpoch(decoded.decoding, base, len(self)))
+
+    def _close_reader(self, reader):
+        """Stops an iteration's read ahead. Its GPU decoder's queue runs on
+        where it decodes the following epoch's batches and this one's were
+        all taken."""
+        if reader is None:
+            return
+        following = self._following
+        runs_on = following is not None and following[2].decoding is getattr(
+            reader.gpu, "decoding", None
+        )
+        if runs_on and not reader.gpu.done:
+            self._following, runs_on = None, False
+        reader.close(keep_decoding=runs_on)
+
+    def epoch(self, epoch):
+        """The batches of ``epoch``, made as the caller asks for them."""
+        resumed = self._resume(epoch)
+        anchors, decoded = resumed if resumed is not None else (self._order(epoch), None)
+        last_epoch, self._last_epoch = self._last_epoch, epoch
         count, B = len(self), self.batch_size
         first_step = epoch * count
-        reader = parts = None
-        if self.graphs is None or self.anchor_host is not None:
-            parts = [anchors[i * B : (i + 1) * B] for i in range(count)]
+        reader = None
+        parts = self._parts(anchors)
         if self.anchor_host is not None:
             reader = self.reader.ahead(self.anchor_host, self.options.edge_tolerance, parts,
-                                       self.options.read_ahead)  # fmt: skip
+                                       self.options.read_ahead, decoded)  # fmt: skip
+        decoded = reader.gpu if reader is not None else None
+        # The kept tables' queue runs on into the following epoch's batches
+        # from the batch whose take lets it decode this epoch's last.
+        follow_at = -1
+        if decoded is not None and decoded.tables is self.reader.tables:
+            follow_at = max(0, count - decoded.tables.ahead - 1)
         if self.graphs is not None:
             # The graphs gather decoded frames from the tables they were
             # captured with: an iteration decoding elsewhere (another one's
             # still open) makes its batches without them.
-            decoded = reader.gpu if reader is not None else None
             graphed = decoded is None or decoded.tables is self.reader.tables
             # This iteration feeds the graphs through the cursor; another one
             # started later takes it over, and this one then makes its
@@ -223,7 +284,7 @@ class StoreBatches:
             rings = [self._cursor_ring(B)] * (count - 1) + [self._cursor_ring(last)]
             cursor = self.cursor
 
-            def make(i):
+            def make_batch(i):
                 if self._cursor_user is not user or not graphed:
                     # Cut without a graph, whose inputs it shares.
                     if reader is None:
@@ -231,6 +292,8 @@ class StoreBatches:
                     return self.batch(parts[i], reader.get(i))
                 if i == 0:
                     cursor.load(anchors)
+                    if decoded is not None:
+                        decoded.tables.base.fill_(decoded.base)
                 if decoded is None:
                     return rings[i]()
                 decoded.take(i)  # batch i's frames, ready on this stream
@@ -239,15 +302,20 @@ class StoreBatches:
                 return batch
         else:
 
-            def make(i):
+            def make_batch(i):
                 rows = reader.get(i) if reader is not None else None
                 return self.batch(parts[i], rows, step=first_step + i)
+
+        def make(i):
+            batch = make_batch(i)
+            if i == follow_at:
+                self._decode_following(epoch, last_epoch, decoded)
+            return batch
 
         try:
             yield from self.stream.run(make, range(count))
         finally:
-            if reader is not None:
-                reader.close()
+            self._close_reader(reader)
 
     def _cursor_ring(self, size):
         """The graphs of a batch of ``size`` whose anchors the cursor reads

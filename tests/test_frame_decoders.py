@@ -397,7 +397,11 @@ def test_sampler_jpeg_batches_draw_without_a_host_sync_and_under_load(
     store = _jpeg_store().place({"cam": "pinned", "*": "cuda"})
     kw = dict(batch_size=8, seed=3)
     decoding = FrameDecoding(backend="host")
-    host = _batches(WindowSampler(store, DELTAS, decoding=decoding, cuda_graph=False, **kw))
+    host_sampler = WindowSampler(store, DELTAS, decoding=decoding, cuda_graph=False, **kw)
+    host = []
+    for epoch in range(2):
+        host_sampler.set_epoch(epoch)
+        host += _batches(host_sampler)
     decoding = FrameDecoding(hardware_share=hardware_share, host_share=host_share)
     sampler = WindowSampler(store, DELTAS, decoding=decoding, cuda_graph=cuda_graph, **kw)
     busy = torch.randn(2048, 2048, device="cuda")
@@ -405,11 +409,13 @@ def test_sampler_jpeg_batches_draw_without_a_host_sync_and_under_load(
     torch.cuda.set_sync_debug_mode("error")
     try:
         got = []
-        for batch in sampler:
-            for _ in range(4):  # the caller's stream stays busy while batches decode ahead
-                busy = busy @ busy
-                busy /= busy.norm()
-            got.append({k: v.clone() for k, v in batch.items()})
+        for epoch in range(2):  # the queue runs on from the first epoch into the second
+            sampler.set_epoch(epoch)
+            for batch in sampler:
+                for _ in range(4):  # the caller's stream stays busy while batches decode ahead
+                    busy = busy @ busy
+                    busy /= busy.norm()
+                got.append({k: v.clone() for k, v in batch.items()})
     finally:
         torch.cuda.set_sync_debug_mode("default")
     got = [{k: v.cpu() for k, v in b.items()} for b in got]

@@ -118,8 +118,10 @@ class WindowSampler:
             ``robocache[nvimgcodec]`` is installed (the windows cut on the
             GPU; a native queue decodes ``read_ahead`` batches ahead, on a
             thread of its own, from the bytes in host memory, into device
-            tables the sampler keeps); else on the host's thread pool, read
-            ahead with the mapped keys, with no CUDA graph.
+            tables the sampler keeps, and runs on into the epoch guessed to
+            follow: the next after ``set_epoch`` moved on by one, the same
+            where it did not); else on the host's thread pool, read ahead
+            with the mapped keys, with no CUDA graph.
         augment: key -> ``robocache.data.Augment``: random crops, rotations
             and colour jitter of uint8 (H, W, C) frames, one draw per window
             (every frame of a window alike), from (seed, step, rank), applied

@@ -42,7 +42,7 @@ class FrameKey:
         self.episode_index = episode_index.cpu()
         self.row_numbers = torch.arange(1, self.times.numel() + 1).view(-1, 1)
         # Its cut's arguments on the GPU (WindowCut.timeline), set by the
-        # sampler: an epoch's rows are found there.
+        # sampler for a GPU-decoded key: an epoch's rows are found there.
         self.timeline = None
         # What the cut cuts in place of the frames: with the GPU decoder, on the GPU.
         self.cut_values = (
@@ -193,9 +193,9 @@ class DecodeAhead:
     later step. ``get(step)``: take, gather (key position -> (B, W, *shape)
     frames) and release. ``close()`` stops the queue's thread."""
 
-    def __init__(self, tables, anchor, edge_tolerance, parts):
+    def __init__(self, tables, edge_tolerance, parts):
         self.tables, self.keys = tables, tables.keys
-        self.anchor, self.edge_tolerance = anchor, edge_tolerance
+        self.edge_tolerance = edge_tolerance
         self.queue = None
         self.sizes = {}  # step -> its batch's size, until released
         self.released = 0  # the steps released
@@ -204,14 +204,11 @@ class DecodeAhead:
             next(j for j in range(k + 1) if self.keys[j].same_rows(key))
             for k, key in enumerate(self.keys)
         ]
-        device = tables.base.device
         # An epoch's rows are found on a CUDA stream of their own, from the
-        # keys' cut arguments there, and copied to pinned memory; the queue's
-        # threads wait for them there.
-        self.on_device = all(k.timeline is not None for k in self.keys)
-        if self.on_device:
-            self.rows_stream = torch.cuda.Stream(device)
-            self.rows_stream.wait_stream(torch.cuda.current_stream(device))
+        # keys' cut arguments on the GPU, and copied to pinned memory; the
+        # queue's threads wait for the copies there.
+        self.rows_stream = torch.cuda.Stream(tables.base.device)
+        self.rows_stream.wait_stream(torch.cuda.current_stream(tables.base.device))
         none = [torch.zeros((0, tables.batch_size * W), dtype=torch.int64) for W in tables.windows]
         self.queue = self.keys[0].decoder.queue(
             [k.values for k in self.keys], [k.bounds for k in self.keys], none, tables.tables,
@@ -226,26 +223,23 @@ class DecodeAhead:
 
     def _rows(self, parts):
         """Per key the (steps, B * W) int64 row + 1 of each step's window
-        positions (the last batch padded with "none"), on the device where
-        the keys are cut there."""
+        positions (the last batch padded with "none"), found on the GPU and
+        copied to pinned memory on the current CUDA stream (a twin's once)."""
         steps, batch = len(parts), self.tables.batch_size
-        device = self.tables.base.device if self.on_device else torch.device("cpu")
-        index = parts.anchors.to(device, non_blocking=True)
+        index = parts.anchors.to(self.tables.base.device, non_blocking=True)
         n = index.numel()
         rows = []
         for k, (key, W) in enumerate(zip(self.keys, self.tables.windows)):
             if self.twin[k] != k:
                 rows.append(rows[self.twin[k]])
                 continue
-            per_step = torch.zeros((steps * batch, W), dtype=torch.int64, device=device)
-            if n and self.on_device:
+            per_step = torch.zeros((steps * batch, W), dtype=torch.int64, device=index.device)
+            if n:
                 values, times, offsets, deltas, anchor = key.timeline
                 found, _ = rows_around(key.plan, values, times, offsets, anchor, index,
                                        self.edge_tolerance, deltas=deltas)  # fmt: skip
                 per_step[:n] = found.view(n, W)
-            elif n:
-                per_step[:n] = key.rows_of(index, self.anchor, self.edge_tolerance).view(n, W)
-            rows.append(per_step.view(steps, batch * W))
+            rows.append(per_step.view(steps, batch * W).to("cpu", non_blocking=True))
         return rows
 
     def _sized(self, first, parts):
@@ -255,16 +249,8 @@ class DecodeAhead:
     def extend(self, parts):
         """Appends the batches of ``parts`` (an EpochParts) to the queue's
         steps; the step of the first."""
-        if not self.on_device:
-            first = self.queue.extend(self._rows(parts), False)
-        else:
-            with torch.cuda.stream(self.rows_stream):
-                copies, rows = {}, []
-                for found in self._rows(parts):  # a twin's rows copied once
-                    if id(found) not in copies:
-                        copies[id(found)] = found.to("cpu", non_blocking=True)
-                    rows.append(copies[id(found)])
-                first = self.queue.extend(rows, True)  # read once the copies are done
+        with torch.cuda.stream(self.rows_stream):
+            first = self.queue.extend(self._rows(parts), True)  # read once the copies are done
         self._sized(first, parts)
         return first
 
@@ -287,10 +273,6 @@ class DecodeAhead:
         frames = self.tables.gather(self.take(step), self.sizes[step])
         self.release(step)
         return frames
-
-    @property
-    def closed(self):
-        return self.queue is None
 
     def close(self):
         if self.queue is not None:

@@ -134,7 +134,7 @@ class Reader:
         if self.gpu_frames and gpu is None:
             try:
                 tables = self.decode_tables(depth)
-                decoding = DecodeAhead(tables, anchor, edge_tolerance, indices)
+                decoding = DecodeAhead(tables, edge_tolerance, indices)
                 gpu = DecodedEpoch(decoding, 0, len(indices))
             except BaseException:
                 if host is not None:

@@ -12,7 +12,7 @@ from fixtures.corrupt import truncate
 from robocache.data import EpisodeStore, LoaderError, WindowSampler
 from robocache.data.sampler.plan import check_options, edge_tolerance_ns, plan_keys
 from robocache.data.sampler.read import MappedKey
-from robocache.data.store.rows import MappedRows, reader_pool
+from robocache.data.store.rows import MappedRows, StoreFile, reader_pool
 
 MS = 1_000_000
 
@@ -116,7 +116,7 @@ def test_rows_are_read_in_runs(tmp_path):
     path = tmp_path / "rows.bin"
     header = b"x" * 13
     path.write_bytes(header + values.numpy().tobytes())
-    rows = MappedRows(str(path), len(header), 40, torch.int16, (6,))
+    rows = MappedRows(StoreFile(path), len(header), 40, torch.int16, (6,))
     for pool in (None, reader_pool(4)):
         picked = np.array([0, 1, 2, 7, 9, 10, 39])
         assert torch.equal(rows.read(picked, pool), values[picked])
@@ -130,10 +130,13 @@ def test_a_file_cut_after_loading_is_an_error_naming_it(tmp_path):
     values = torch.arange(40 * 6, dtype=torch.int16).view(40, 6)
     path = tmp_path / "rows.bin"
     path.write_bytes(values.numpy().tobytes())
-    rows = MappedRows(str(path), 0, 40, torch.int16, (6,))
+    rows = MappedRows(StoreFile(path), 0, 40, torch.int16, (6,))
     truncate(str(path), 0.5)
     assert torch.equal(rows.read(np.array([0, 19])), values[[0, 19]])
-    with pytest.raises(LoaderError, match=r"rows.bin: the file ends inside a stream's values"):
+    with pytest.raises(
+        LoaderError, match=r"rows.bin: the file ends inside a stream's values \(it was 480 bytes "
+        r"when loaded, 240 now"
+    ):  # fmt: skip
         rows.read(np.array([3, 25]))
 
 
@@ -153,3 +156,55 @@ def test_a_batch_reads_only_rows_near_its_windows(tmp_path):
     values, times, offsets = key.packed(rows, None, False)
     assert torch.equal(values, store["joints"].values[rows])
     assert offsets[0] == 0 and offsets[1] == rows.numel() and offsets[-1] == rows.numel()
+
+
+SAVE_OVER = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_readahead import make_store
+make_store(seed=1).save({folder!r})
+"""
+
+
+@pytest.mark.parametrize("saver", ["this process", "another process"])
+def test_a_save_over_the_store_leaves_this_process_reading_its_own_file(tmp_path, saver):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    store = make_store()
+    modes = {"joints": "linear", "force": "mean"}
+    expected = epoch(store, modes, 0)
+    for depth in (0, 2):
+        store.save(tmp_path)
+        mapped = EpisodeStore.load(tmp_path)
+        sampler = WindowSampler(mapped, DELTAS, modes=modes, anchor="anchor", batch_size=4,
+                                seed=3, key_age=True, read_ahead=depth)  # fmt: skip
+        batches = iter(sampler)
+        got = [{k: v.clone() for k, v in next(batches).items()}]
+        if saver == "this process":
+            make_store(seed=1).save(tmp_path)
+        else:
+            code = SAVE_OVER.format(tests=str(Path(__file__).parent), folder=str(tmp_path))
+            subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+        assert not torch.equal(EpisodeStore.load(tmp_path)["joints"].values[:4],
+                               store["joints"].values[:4])  # fmt: skip
+        got += [{k: v.clone() for k, v in b.items()} for b in batches]
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected):
+            for key in ("cam", "joints", "index"):
+                assert torch.equal(a[key], b[key]), (depth, key)
+            assert torch.equal(a["force"].view(torch.uint8), b["force"].view(torch.uint8))
+
+
+def test_a_store_file_pickled_is_the_file_loaded_or_an_error(tmp_path):
+    import pickle
+
+    store = make_store()
+    store.save(tmp_path)
+    file = EpisodeStore.load(tmp_path).mapped_rows["cam"].file
+    copy = pickle.loads(pickle.dumps(file))
+    assert copy.identity == file.identity and copy.fd != file.fd
+    make_store(seed=1).save(tmp_path)
+    with pytest.raises(LoaderError, match=r"store.safetensors: not the file this store was loaded"):
+        pickle.loads(pickle.dumps(file))

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from ..errors import LoaderError
 from ..frames import FrameEncoding
 from .packed import PackedStream
-from .rows import MappedRows, tensor_extents
+from .rows import MappedRows, StoreFile, tensor_extents
 from .shards import shard_ranges
 from .validate import check_structure, episode_crc32, tensor_crc32, verify_checksums
 
@@ -91,23 +91,35 @@ def write(directory, streams, episodes, tasks, fps, info):
     os.replace(path + ".tmp", path)
 
 
-def read(directory, verify=True, shard=None):
-    """(streams, episodes, tasks, fps, info) of a store written by ``write``.
+def open_file(directory):
+    """The store file in ``directory``, held open (a ``rows.StoreFile``)."""
+    path = os.path.join(directory, FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"EpisodeStore.load: no {FILE} in {directory}")
+    try:
+        return StoreFile(path)
+    except OSError as e:
+        raise LoaderError(f"EpisodeStore.load({path}): cannot open it: {e}") from e
+
+
+def read(file, verify=True, shard=None):
+    """(streams, episodes, tasks, fps, info) of a store written by ``write``
+    (``file``: its StoreFile, from ``open_file``).
 
     The tensors map the file (nothing is read until used). The structure is
     always checked; with ``verify`` the checksums too (every byte is read
     once; with ``shard=(rank, world_size)`` only the rank's episodes'
     values)."""
-    path = os.path.join(directory, FILE)
+    path = file.path
     where = f"EpisodeStore.load({path})"
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"EpisodeStore.load: no {FILE} in {directory}")
     try:
         tensors = load_file(path)
         with safe_open(path, framework="pt") as f:
             meta = f.metadata() or {}
     except Exception as e:  # safetensors' own error type, or the OS's
         raise LoaderError(f"{where}: not a readable safetensors file: {e}") from e
+    if not file.is_at_path():  # the map and the descriptor must be of one file
+        raise LoaderError(f"{where}: another file was put in its place while it was loaded")
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise LoaderError(
             f"{where}: {path} is not an EpisodeStore of version {VERSION} "
@@ -127,14 +139,14 @@ def read(directory, verify=True, shard=None):
     return streams, episodes, tasks, fps, info
 
 
-def mapped_rows(directory, keys):
-    """key -> MappedRows: where each stream's values lie in the store file."""
-    path = os.path.join(directory, FILE)
-    extents = tensor_extents(path)
+def mapped_rows(file, keys):
+    """key -> MappedRows: where each stream's values lie in the store file
+    (a StoreFile)."""
+    extents = tensor_extents(file)
     out = {}
     for i, key in enumerate(keys):
         dtype, shape, begin, _ = extents[f"streams/{i}/values"]
-        out[key] = MappedRows(path, begin, shape[0], dtype, tuple(shape[1:]))
+        out[key] = MappedRows(file, begin, shape[0], dtype, tuple(shape[1:]))
     return out
 
 

@@ -325,8 +325,9 @@ class EpisodeStore:
         if device is not None and placement is not None:
             raise ValueError(f"{where}: give device or placement, not both")
         # Mapped first, whatever ``mmap`` says: a shard then reads only its part.
-        streams, episodes, tasks, fps, info = store_format.read(directory, verify, shard)
-        mapped = store_format.mapped_rows(directory, list(streams))
+        file = store_format.open_file(directory)
+        streams, episodes, tasks, fps, info = store_format.read(file, verify, shard)
+        mapped = store_format.mapped_rows(file, list(streams))
         store = cls(streams, episodes, tasks, fps, info=info, mapped=mapped)
         if shard is not None:
             store = store.take_shard(*shard)

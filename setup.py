@@ -326,6 +326,7 @@ def _extension(with_cuda):
     sources += sorted(glob.glob(os.path.join("csrc", "checks", "*.cpp")))
     sources += sorted(glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
     sources += sorted(glob.glob(os.path.join("csrc", "meta", "*.cpp")))
+    sources += sorted(glob.glob(os.path.join("csrc", "io", "*.cpp")))
     if torch is None:
         return Extension("robocache._C", sources)
     include_dirs = [os.path.join(ROOT, "csrc", "include")]

@@ -2,7 +2,9 @@
 in memory, bit for bit, in every mode; the reads are the rows the windows
 use; and the reading threads end with the iteration, however it ends."""
 
+import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from fixtures.corrupt import truncate
 from robocache.data import EpisodeStore, LoaderError, WindowSampler
 from robocache.data.sampler.plan import check_options, edge_tolerance_ns, plan_keys
 from robocache.data.sampler.read import MappedKey
-from robocache.data.store.rows import MappedRows, StoreFile, reader_pool
+from robocache.data.store.rows import MappedRows, StoreFile, row_reader
 
 MS = 1_000_000
 
@@ -93,22 +95,41 @@ def test_a_shard_reads_its_own_rows(tmp_path):
                 assert torch.equal(a[key], b[key]), key
 
 
+def os_threads(at_most=None):
+    """This process's threads, native ones included (Linux), once at most
+    ``at_most`` or after 5 s: a Python thread that was joined may still be
+    ending in the OS for a moment."""
+    deadline = time.monotonic() + 5
+    while True:
+        count = len(os.listdir("/proc/self/task"))
+        if at_most is None or count <= at_most or time.monotonic() > deadline:
+            return count
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
 def test_the_threads_end_with_the_iteration(tmp_path):
     store = make_store()
     store.save(tmp_path)
     mapped = EpisodeStore.load(tmp_path)
-    before = threading.active_count()
     sampler = WindowSampler(mapped, DELTAS, anchor="anchor", batch_size=2, read_ahead=2)
-    for _ in sampler:  # a whole epoch
+    for _ in sampler:  # torch's own thread pools start once, here
         pass
-    assert threading.active_count() == before
+    time.sleep(0.2)
+    before = threading.active_count(), os_threads()
+    iterator = iter(sampler)
+    next(iterator)
+    assert os_threads() >= before[1] + 8  # the reader's 7 native threads, and the worker
+    for _ in iterator:  # a whole epoch
+        pass
+    assert (threading.active_count(), os_threads(before[1])) == before
     for _ in sampler:  # a break
         break
-    assert threading.active_count() == before
+    assert (threading.active_count(), os_threads(before[1])) == before
     with pytest.raises(KeyError):  # an exception in the loop body
         for batch in sampler:
             batch["nothing"]
-    assert threading.active_count() == before
+    assert (threading.active_count(), os_threads(before[1])) == before
 
 
 def test_rows_are_read_in_runs(tmp_path):
@@ -117,13 +138,68 @@ def test_rows_are_read_in_runs(tmp_path):
     header = b"x" * 13
     path.write_bytes(header + values.numpy().tobytes())
     rows = MappedRows(StoreFile(path), len(header), 40, torch.int16, (6,))
-    for pool in (None, reader_pool(4)):
+    for pool in (None, row_reader(1), row_reader(4)):
         picked = np.array([0, 1, 2, 7, 9, 10, 39])
         assert torch.equal(rows.read(picked, pool), values[picked])
         assert torch.equal(rows.part(7, 12).read(np.array([0, 3]), pool), values[[7, 10]])
     assert rows.read(np.array([], dtype=np.int64)).shape == (0, 6)
     with pytest.raises(IndexError):
         rows.read(np.array([40]))
+
+
+@pytest.mark.parametrize("row_bytes", [4, 20_000, 70_000])
+@pytest.mark.parametrize("threads", [1, 3, 8])
+def test_random_rows_read_natively_are_the_file_s_rows(tmp_path, row_bytes, threads):
+    g = np.random.default_rng(row_bytes * 10 + threads)
+    count = 300 if row_bytes < 70_000 else 60
+    values = torch.from_numpy(g.integers(0, 256, (count, row_bytes), dtype=np.uint8))
+    path = tmp_path / "rows.bin"
+    path.write_bytes(b"h" * 7 + values.numpy().tobytes())
+    rows = MappedRows(StoreFile(path), 7, count, torch.uint8, (row_bytes,))
+    reader = row_reader(threads)
+    for _ in range(5):  # runs whole and with gaps, near each other and far apart
+        picked = np.sort(g.choice(count, size=int(g.integers(1, count)), replace=False))
+        for pin in (False, torch.cuda.is_available()):
+            got = rows.read(picked, reader, pin)
+            assert got.is_pinned() == pin
+            assert torch.equal(got, values[picked])
+    reader.close()
+    with pytest.raises(RuntimeError, match="the reader was closed"):
+        rows.read(np.array([0, 5]), reader)
+
+
+def test_a_row_reader_refuses_runs_that_do_not_fit(tmp_path):
+    path = tmp_path / "rows.bin"
+    path.write_bytes(bytes(range(64)))
+    reader, out = row_reader(2), torch.zeros(16, dtype=torch.uint8)
+    with StoreFileOf(path) as fd:
+        assert reader.read(fd, torch.tensor([[4, 8, 0], [60, 4, 12]]), out) == -1
+        assert out.tolist() == [*range(4, 12), 0, 0, 0, 0, 60, 61, 62, 63]
+        assert reader.read(fd, torch.tensor([[0, 4, 0], [62, 4, 4]]), out) == 1  # the file ends
+        for runs in ([[0, 4, 14]], [[-1, 4, 0]], [[0, -2, 0]]):
+            with pytest.raises(ValueError, match=r"run 0 \(file offset"):
+                reader.read(fd, torch.tensor(runs), out)
+        with pytest.raises(ValueError, match=r"runs must be a contiguous \(R, 3\) int64"):
+            reader.read(fd, torch.tensor([[0, 4]]), out)
+        with pytest.raises(ValueError, match=r"out must be a contiguous uint8 host tensor"):
+            reader.read(fd, torch.tensor([[0, 4, 0]]), out.float())
+    with pytest.raises(RuntimeError, match=r"reading the file failed: Bad file descriptor"):
+        reader.read(1 << 20, torch.tensor([[0, 4, 0]]), out)  # no such descriptor
+    with pytest.raises(ValueError, match="threads must be in 0..256"):
+        row_reader(1000)
+
+
+class StoreFileOf:
+    """An open descriptor of a path, closed on exit."""
+
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def __enter__(self):
+        return self.fd
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
 
 
 def test_a_file_cut_after_loading_is_an_error_naming_it(tmp_path):

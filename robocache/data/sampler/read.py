@@ -5,7 +5,7 @@
 - Mapped keys: an epoch's order is known when it starts, so the rows the
   next batches' windows read are too. For each batch a thread finds those
   rows (the cut over row numbers), reads them from the store's file (runs
-  of rows, on a few threads: ``store.rows.MappedRows``) and packs them as a
+  of rows, on a few native threads: ``store.rows.MappedRows``) and packs them as a
   small stream of their own with the same episodes: each episode holds its
   rows the batch reads, its first and last rows, and for each query the rows
   on both sides of it, so that the cut finds in it exactly what it finds in
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..store.rows import reader_pool
+from ..store.rows import row_reader
 from .cut import rows_around
 from .decode import DecodeAhead, DecodedEpoch, DecodeTables, FrameKey
 
@@ -78,9 +78,9 @@ class MappedKey:
         rows = rows[(rows >= 0) & (rows < self.times.numel())]
         return torch.unique(rows)
 
-    def packed(self, rows, pool, pin):
+    def packed(self, rows, reader, pin):
         """(values, times, offsets) of the rows, as a stream with the same episodes."""
-        values = self.rows.read(rows.numpy(), pool, pin)
+        values = self.rows.read(rows.numpy(), reader, pin)
         return values, self.times[rows], torch.searchsorted(rows, self.offsets)
 
 
@@ -212,7 +212,7 @@ class ReadAhead:
         self.keys, self.anchor, self.edge = keys, anchor, edge_tolerance
         self.frames = frames
         self.indices, self.depth, self.pin = indices, depth, pin
-        self.pool = reader_pool(threads)
+        self.reader = row_reader(threads)
         self.worker = ThreadPoolExecutor(max_workers=1)
         self.futures = {}
         self.closed = False
@@ -228,7 +228,7 @@ class ReadAhead:
         out = Rows()
         for key in self.keys:
             rows = key.rows_read(index, self.anchor, self.edge)
-            out.streams[key.position] = key.packed(rows, self.pool, self.pin)
+            out.streams[key.position] = key.packed(rows, self.reader, self.pin)
         for key in self.frames:
             out.frames[key.position] = key.decode(key.rows_of(index, self.anchor, self.edge))
         return out
@@ -248,5 +248,4 @@ class ReadAhead:
         for future in self.futures.values():
             future.cancel()
         self.worker.shutdown(wait=True, cancel_futures=True)
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+        self.reader.close()

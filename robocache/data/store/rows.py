@@ -1,14 +1,14 @@
 """Rows of a mapped stream read from the store's file directly: each run of
-consecutive rows one ``preadv`` into the destination, the runs spread over a
-few threads, so that a cold disk serves many reads at once (where faults of
-a memory map come one at a time). The reads go through the file held open
+consecutive rows one positional read into the destination, the runs of a
+batch spread over a few native threads in one call (``RowReader``,
+csrc/io), so that a cold disk serves many reads at once (where faults of a
+memory map come one at a time). The reads go through the file held open
 since ``load`` (``StoreFile``), never through its path again."""
 
 import json
 import os
 import struct
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -22,8 +22,12 @@ _DTYPES = {
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
     "U8": torch.uint8, "BOOL": torch.bool,
 }  # fmt: skip
-# Runs of rows closer than this many bytes are read as one (the gap read and dropped).
-COALESCE_BYTES = 64 << 10
+# Runs of rows closer than this many bytes are read as one (the gap read and
+# dropped): a page, which the kernel reads whole anyway.
+COALESCE_BYTES = 4 << 10
+# A run never crosses a multiple of this many bytes of the file, so that a
+# long run is read by several threads at once.
+RUN_BYTES = 1 << 20
 
 
 class StoreFile:
@@ -122,49 +126,55 @@ class MappedRows:
         """Rows first:end as a MappedRows of their own."""
         return replace(self, begin=self.begin + first * self.row_bytes, rows=end - first)
 
-    def read(self, rows, pool=None, pin=False):
-        """The rows ``rows`` (sorted, unique, int64) as an (R, *shape) tensor."""
+    def read(self, rows, reader=None, pin=False):
+        """The rows ``rows`` (sorted, unique, int64) as an (R, *shape)
+        tensor, read in one native call (``reader``: a RowReader from
+        ``row_reader``; None reads on the caller's thread alone). Rows whose
+        gaps are under COALESCE_BYTES are read as one run with the gaps,
+        into scratch rows past the result, and then moved into place."""
         rows = np.asarray(rows, dtype=np.int64)
-        out = torch.empty((len(rows), *self.shape), dtype=self.dtype, pin_memory=pin)
-        if len(rows) == 0:
-            return out
-        if rows[0] < 0 or rows[-1] >= self.rows:
-            raise IndexError(f"rows outside 0:{self.rows} of {self.path}")
+        count = len(rows)
         size = self.row_bytes
-        target = out.view(-1).view(torch.uint8).numpy() if size else None
-        # Runs: rows whose gap is under COALESCE_BYTES are read with the gap.
-        gap = max(1, COALESCE_BYTES // max(size, 1))
-        breaks = np.nonzero(np.diff(rows) > gap)[0] + 1
-        starts = np.concatenate([[0], breaks])
-        ends = np.concatenate([breaks, [len(rows)]])
-        jobs = [(self.file.fd, rows[a:b], a, target, size) for a, b in zip(starts, ends)]
-        if pool is None or len(jobs) == 1:
-            for job in jobs:
-                self._read_run(*job)
-        else:
-            list(pool.map(lambda job: self._read_run(*job), jobs))
-        return out
-
-    def _read_run(self, fd, rows, at, target, size):
-        first, last = int(rows[0]), int(rows[-1])
-        whole = last - first + 1 == len(rows)  # no gap: straight into the destination
-        span = (
-            target[at * size : (at + len(rows)) * size]
-            if whole
-            else bytearray((last - first + 1) * size)
-        )
-        view = memoryview(span)
-        done, offset = 0, self.begin + first * size
-        while done < len(view):
-            got = os.preadv(fd, [view[done:]], offset + done)
-            if got <= 0:
-                raise self.file.short_read("a stream's values")
-            done += got
-        if not whole:
-            block = np.frombuffer(span, dtype=np.uint8).reshape(-1, size)
-            target[at * size : (at + len(rows)) * size] = block[rows - first].reshape(-1)
+        if count and (rows[0] < 0 or rows[-1] >= self.rows):
+            raise IndexError(f"rows outside 0:{self.rows} of {self.path}")
+        if count == 0 or size == 0:
+            return torch.empty((count, *self.shape), dtype=self.dtype, pin_memory=pin)
+        gap = max(1, COALESCE_BYTES // size)
+        block = (rows * size) // RUN_BYTES
+        cut = (np.diff(rows) > gap) | (np.diff(block) != 0)
+        starts = np.concatenate([[0], np.nonzero(cut)[0] + 1])
+        ends = np.concatenate([starts[1:], [count]])
+        first, span = rows[starts], rows[ends - 1] - rows[starts] + 1
+        whole = span == ends - starts  # no gap: straight into the result's rows
+        # Scratch rows for the runs with gaps, past the result's.
+        scratch = count + np.concatenate([[0], np.cumsum(np.where(whole, 0, span))])
+        at = np.where(whole, starts, scratch[:-1])
+        buffer = torch.empty((int(scratch[-1]), size), dtype=torch.uint8, pin_memory=pin)
+        runs = np.stack([self.begin + first * size, span * size, at * size], axis=1)
+        reader = _caller_reader() if reader is None else reader
+        short = reader.read(self.file.fd, torch.from_numpy(runs), buffer)
+        if short >= 0:
+            raise self.file.short_read("a stream's values")
+        if not whole.all():
+            own = np.repeat(~whole, ends - starts)  # each row: read with gaps
+            run_of = np.repeat(np.arange(len(starts)), ends - starts)[own]
+            source = at[run_of] + rows[own] - first[run_of]
+            table = buffer.numpy()
+            table[np.nonzero(own)[0]] = table[source]
+        return buffer[:count].view(self.dtype).view(count, *self.shape)
 
 
-def reader_pool(threads):
-    """The threads that read runs of rows (None: the caller's thread)."""
-    return ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
+_CALLER_READER = []
+
+
+def _caller_reader():
+    """A RowReader of no threads of its own: each call reads on its caller's thread."""
+    if not _CALLER_READER:
+        _CALLER_READER.append(torch.classes.robocache.RowReader(0))
+    return _CALLER_READER[0]
+
+
+def row_reader(threads):
+    """A native RowReader: ``threads`` read runs of rows at once (the
+    caller's and ``threads - 1`` of its own); ``close()`` ends its threads."""
+    return torch.classes.robocache.RowReader(max(0, threads - 1))

@@ -1,0 +1,14 @@
+// The native row reader: torch.classes.robocache.RowReader (every build).
+#include <torch/library.h>
+
+#include "row_reader.h"
+
+using robocache::io::RowReader;
+
+TORCH_LIBRARY_FRAGMENT(robocache, m) {
+  m.class_<RowReader>("RowReader")
+      .def(torch::init<int64_t>())
+      .def("read", &RowReader::read)
+      .def("close", &RowReader::close)
+      .def("threads", [](const c10::intrusive_ptr<RowReader>& self) { return self->threads(); });
+}

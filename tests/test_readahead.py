@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from conftest import requires_cuda
 from fixtures.corrupt import truncate
 
 from robocache.data import EpisodeStore, LoaderError, WindowSampler
@@ -78,6 +79,48 @@ def test_windows_read_ahead_are_the_windows_in_memory(tmp_path, modes, tolerance
             for key in a:
                 assert torch.equal(a[key].view(torch.uint8) if a[key].dtype == torch.bfloat16 else a[key],
                                    b[key].view(torch.uint8) if b[key].dtype == torch.bfloat16 else b[key]), key  # fmt: skip
+
+
+def same_batches(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key].device == b[key].device, key
+            assert torch.equal(a[key].view(torch.uint8) if a[key].dtype == torch.bfloat16 else a[key],
+                               b[key].view(torch.uint8) if b[key].dtype == torch.bfloat16 else b[key]), key  # fmt: skip
+
+
+@requires_cuda
+@pytest.mark.parametrize("prefetch", [None, 0])
+def test_mapped_rows_cut_on_the_gpu_are_the_windows_on_the_gpu(tmp_path, prefetch):
+    store = make_store()
+    store.save(tmp_path)
+    mapped = EpisodeStore.load(tmp_path)
+    modes = {"cam": "nearest", "joints": "linear", "force": "mean"}
+    # In order: a store on the GPU draws its order there, with another generator.
+    kw = dict(device="cuda", prefetch=prefetch, tolerance_s={"joints": 0.04}, shuffle=False)
+    want = epoch(store.to("cuda"), modes, 0, **kw)
+    for depth in (0, 1, 3):
+        sampler = WindowSampler(mapped, DELTAS, modes=modes, anchor="anchor", batch_size=4,
+                                seed=3, key_age=True, read_ahead=depth, **kw)  # fmt: skip
+        assert {p.cut_on.type for p in sampler._batches.plans} == {"cuda"}  # one launch
+        busy = torch.cuda.Stream()
+        with torch.cuda.stream(busy):  # another stream keeps the GPU busy meanwhile
+            big = torch.randn(2048, 2048, device="cuda")
+            for _ in range(20):
+                big = big @ big / 2048
+        same_batches([{k: v.clone() for k, v in b.items()} for b in sampler], want)
+        torch.cuda.synchronize()
+    # Asked for by index: the rows read when asked for.
+    sampler = WindowSampler(mapped, DELTAS, modes=modes, anchor="anchor", batch_size=4,
+                            seed=3, key_age=True, **kw)  # fmt: skip
+    index = torch.tensor([0, 5, 11, 20])
+    reference = WindowSampler(store.to("cuda"), DELTAS, modes=modes, anchor="anchor",
+                              batch_size=4, seed=3, key_age=True, **kw)  # fmt: skip
+    same_batches([sampler.batch_at(index)], [reference.batch_at(index)])
+    with pytest.raises(ValueError, match=r"'cam' is mapped from the store's file"):
+        WindowSampler(mapped, DELTAS, anchor="anchor", device="cuda", cuda_graph=True)
 
 
 def test_a_shard_reads_its_own_rows(tmp_path):

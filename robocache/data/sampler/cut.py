@@ -26,26 +26,41 @@ class Cut:
     rows: list
 
 
+def _on(tensor, device):
+    """``tensor`` on ``device``: a host tensor (pinned, read ahead) copied
+    there on the current CUDA stream, whose event keeps its memory until
+    the copy is done."""
+    return tensor if tensor.device == device else tensor.to(device, non_blocking=True)
+
+
 def _tolerance(ns):
     return None if ns < 0 else ns
 
 
 class WindowCut:
     """``cut(index, substitutes)`` -> a Cut. ``row_numbers``: key position ->
-    the (N, 1) rows cut in place of that key's values (encoded frames)."""
+    the (N, 1) rows cut in place of that key's values (encoded frames);
+    ``stand_ins``: key position -> (values, times, offsets) held in place
+    of that key's stream, which every batch substitutes."""
 
-    def __init__(self, store, anchor, plans, row_tables, edge_tolerance, row_numbers):
+    def __init__(
+        self, store, anchor, plans, row_tables, edge_tolerance, row_numbers, stand_ins=None
+    ):
         groups = {}
         for k, plan in enumerate(plans):
             groups.setdefault(plan.cut_on, []).append(k)
         anchor_stream = store[anchor]
         self.calls = []
         for device, ks in groups.items():
-            streams = [store[plans[k].key] for k in ks]
+            streams = [
+                stand_ins[k] if stand_ins and k in stand_ins
+                else (row_numbers.get(k, s.values), s.times, s.offsets)
+                for k, s in ((k, store[plans[k].key]) for k in ks)
+            ]  # fmt: skip
             arguments = dict(
-                values=[row_numbers.get(k, s.values) for k, s in zip(ks, streams)],
-                times=[s.times.to(device) for s in streams],
-                offsets=[s.offsets.to(device) for s in streams],
+                values=[values for values, _, _ in streams],
+                times=[times.to(device) for _, times, _ in streams],
+                offsets=[offsets.to(device) for _, _, offsets in streams],
                 deltas=[plans[k].deltas.to(device) for k in ks],
                 anchor_offsets=anchor_stream.offsets.to(device),
                 anchor_times=anchor_stream.times.to(device),
@@ -61,7 +76,8 @@ class WindowCut:
     def __call__(self, index, substitutes=None):
         """The windows of the batch anchored at ``index``; ``substitutes``:
         key position -> (values, times, offsets) cut in place of that key's
-        stream (a mapped key's rows read ahead, as a stream of their own)."""
+        stream (a mapped key's rows read ahead, as a stream of their own;
+        copied to the device it is cut on)."""
         K = self.count
         cut = Cut([None] * K, [None] * K, [None] * K, None)
         for device, ks, arguments in self.calls:
@@ -70,7 +86,7 @@ class WindowCut:
                 arguments = dict(arguments)
                 for name, part in (("values", 0), ("times", 1), ("offsets", 2)):
                     arguments[name] = [
-                        substitutes[k][part] if k in substitutes else t
+                        _on(substitutes[k][part], device) if k in substitutes else t
                         for k, t in zip(ks, arguments[name])
                     ]
             outs, pads, ages, _, rows = anchor_windows(index=here, **arguments)

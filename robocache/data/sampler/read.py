@@ -79,9 +79,14 @@ class MappedKey:
         return torch.unique(rows)
 
     def packed(self, rows, reader, pin):
-        """(values, times, offsets) of the rows, as a stream with the same episodes."""
+        """(values, times, offsets) of the rows, as a stream with the same
+        episodes; ``pin``: all three in pinned memory (copied to the GPU by
+        the cut, with the copies' events keeping the memory theirs)."""
         values = self.rows.read(rows.numpy(), reader, pin)
-        return values, self.times[rows], torch.searchsorted(rows, self.offsets)
+        times, offsets = self.times[rows], torch.searchsorted(rows, self.offsets)
+        if pin:
+            times, offsets = times.pin_memory(), offsets.pin_memory()
+        return values, times, offsets
 
 
 def _ramp(counts):
@@ -92,7 +97,9 @@ def _ramp(counts):
 
 class Reader:
     """A sampler's keys that need reading: mapped keys and encoded keys.
-    ``row_numbers``: what the cut cuts in place of encoded frames."""
+    ``row_numbers``: what the cut cuts in place of encoded frames;
+    ``stand_ins``: the (values, times, offsets) it holds in place of mapped
+    keys cut on the GPU, whose rows each batch reads for it."""
 
     def __init__(self, store, plans, decoding, device, batch_size):
         self.batch_size = batch_size
@@ -111,6 +118,34 @@ class Reader:
             if p.place == "mapped" and not p.encoded and p.cut_on.type == "cpu"
         ]
         self.row_numbers = {f.position: f.cut_values for f in frames}
+        # Batches bound for a GPU: the mapped keys' rows are read into pinned
+        # memory, copied to the GPU and cut there (their plans say so).
+        self.mapped_on_gpu = device is not None and device.type == "cuda" and bool(self.mapped)
+        self.stand_ins = {}
+        if self.mapped_on_gpu:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            for key in self.mapped:
+                key.plan.cut_on = torch.device("cuda", index)
+                # The cut always has a key's rows in place of its stream:
+                # these stand-ins only pass its checks (one pinned row; none
+                # would hold no pinned memory).
+                stream = store[key.plan.key]
+                self.stand_ins[key.position] = (
+                    torch.empty((1, *stream.sample_shape), dtype=stream.values.dtype,
+                                pin_memory=True),
+                    torch.zeros(1, dtype=stream.times.dtype),
+                    torch.zeros_like(stream.offsets, device="cpu"),
+                )  # fmt: skip
+
+    def mapped_now(self, index, anchor, edge_tolerance):
+        """key position -> (values, times, offsets) of each mapped key's rows
+        the batch anchored at ``index`` reads, read now (batches bound for a
+        GPU with no read ahead, or asked for by index)."""
+        index = index.cpu()
+        return {
+            key.position: key.packed(key.rows_read(index, anchor, edge_tolerance), None, True)
+            for key in self.mapped
+        }
 
     def __bool__(self):
         return bool(self.frames or self.gpu_frames or self.mapped)
@@ -129,7 +164,7 @@ class Reader:
         host = None
         if self.mapped or self.frames:
             host = ReadAhead(self.mapped, anchor, edge_tolerance, indices, depth,
-                             frames=self.frames)  # fmt: skip
+                             pin=self.mapped_on_gpu, frames=self.frames)  # fmt: skip
         gpu = decoded
         if self.gpu_frames and gpu is None:
             try:

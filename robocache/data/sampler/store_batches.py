@@ -54,7 +54,7 @@ class StoreBatches:
         self._index_anchors(store, options.drop_n_last_frames)
         self.cut = WindowCut(
             store, self.anchor, self.plans, self.row_tables, options.edge_tolerance,
-            self.reader.row_numbers,
+            self.reader.row_numbers, self.reader.stand_ins,
         )  # fmt: skip
         self._check_cut()
         for frames in self.reader.gpu_frames:
@@ -86,7 +86,7 @@ class StoreBatches:
         # GPU's decoder: the anchors on the host, so that nothing the host
         # needs is read back from the GPU.
         self.anchor_host = None
-        if cut_on_host or self.reader.gpu_frames:
+        if cut_on_host or self.reader.gpu_frames or self.reader.mapped:
             offsets, times = offsets.cpu(), times.cpu()
             self.anchor_host = (offsets, times)
         row_episode = order.row_episodes(offsets)
@@ -160,16 +160,22 @@ class StoreBatches:
         graphable_frames = not self.reader.frames and all(
             f.plan.key in decoded_ahead for f in self.reader.gpu_frames
         )
+        # Mapped keys: each batch's rows are read for it, outside any graph.
+        graphable = graphable_frames and not self.reader.mapped
         if cuda_graph is None:  # on where it is safe: the GPU, and batches kept stay kept
-            cuda_graph = (
-                on_gpu and COUNTS_REFERENCES and self.augmentation is None and graphable_frames
-            )
+            cuda_graph = on_gpu and COUNTS_REFERENCES and self.augmentation is None and graphable
         if not cuda_graph:
             return None
         if self.augmentation is not None:
             raise ValueError(
                 f"{_WHERE}: cuda_graph=True with augment: each batch's augmentation is drawn "
                 "on the host, outside any CUDA graph; use cuda_graph=False"
+            )
+        if self.reader.mapped:
+            raise ValueError(
+                f"{_WHERE}: cuda_graph=True: {self.reader.mapped[0].plan.key!r} is mapped from "
+                "the store's file, and each batch's rows are read for it outside any CUDA "
+                "graph; use cuda_graph=False, or place the key 'pinned' or 'cuda'"
             )
         if not graphable_frames:
             key = (self.reader.frames or self.reader.gpu_frames)[0].plan.key
@@ -357,7 +363,12 @@ class StoreBatches:
         # The store's tensors never need gradients: the op runs below autograd
         # (no autograd bookkeeping a call; the batch's tensors are ordinary).
         with torch._C._AutoDispatchBelowAutograd():
-            cut = self.cut(index, rows.streams if rows is not None else None)
+            streams = rows.streams if rows is not None else None
+            if self.reader.mapped_on_gpu and not streams:  # nothing read ahead: read now
+                streams = self.reader.mapped_now(
+                    index, self.anchor_host, self.options.edge_tolerance
+                )
+            cut = self.cut(index, streams)
             if self.reader.encoded:
                 self.reader.decode_into(cut.outs, rows if rows is not None else Rows(), index,
                                         self.anchor_host, self.options.edge_tolerance)  # fmt: skip

@@ -88,8 +88,8 @@ class WindowSampler:
             ``"cuda"`` or ``"pinned"``, or JPEG frames decoded by the GPU
             decoder with ``read_ahead`` >= 1, whose graphs gather the frames
             decoded ahead) and the batches go there; off where windows are
-            cut on the host, and for ``batch_at`` with encoded frames (decoded
-            when asked for). A graph writes its batches into the
+            cut on the host, where mapped keys are read for each batch, and
+            for ``batch_at`` with encoded frames (decoded when asked for). A graph writes its batches into the
             same buffers, but never while anything still refers to a batch
             (a variable, a view, an autograd graph that saved it): the ring
             of graphs then grows, up to 16 a batch size, past which a batch
@@ -98,8 +98,10 @@ class WindowSampler:
             than ``prefetch``).
         read_ahead: batches whose mapped keys an iteration reads ahead from
             the store's file, on threads of its own (default 2; 0: each
-            batch's rows are read from the mapping when it is cut). Only
-            the rows the windows read are read, in runs, several at a time.
+            batch's rows are read when it is asked for, and, for batches
+            kept on the host, from the mapping). Only the rows the windows
+            read are read, in runs, several at a time; for batches bound for
+            a GPU they land in pinned memory and are copied and cut there.
         prefetch: batches an iteration prepares ahead, on a CUDA stream of
             the sampler's own, while the caller's step runs (0: each batch
             on the caller's stream when asked for). None (the default): 1

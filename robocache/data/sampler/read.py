@@ -89,6 +89,15 @@ class MappedKey:
         return values, times, offsets
 
 
+def read_mapped(keys, index, anchor, edge_tolerance, reader, pin):
+    """key position -> (values, times, offsets) of the rows the batch
+    anchored at ``index`` (a host tensor) reads from each mapped key."""
+    return {
+        key.position: key.packed(key.rows_read(index, anchor, edge_tolerance), reader, pin)
+        for key in keys
+    }
+
+
 def _ramp(counts):
     """0, 1, ..., c - 1 for each count c, concatenated."""
     starts = torch.cumsum(counts, 0) - counts
@@ -138,14 +147,9 @@ class Reader:
                 )  # fmt: skip
 
     def mapped_now(self, index, anchor, edge_tolerance):
-        """key position -> (values, times, offsets) of each mapped key's rows
-        the batch anchored at ``index`` reads, read now (batches bound for a
-        GPU with no read ahead, or asked for by index)."""
-        index = index.cpu()
-        return {
-            key.position: key.packed(key.rows_read(index, anchor, edge_tolerance), None, True)
-            for key in self.mapped
-        }
+        """The mapped keys' rows of the batch anchored at ``index``, read now
+        (batches bound for a GPU with no read ahead, or asked for by index)."""
+        return read_mapped(self.mapped, index.cpu(), anchor, edge_tolerance, None, True)
 
     def __bool__(self):
         return bool(self.frames or self.gpu_frames or self.mapped)
@@ -260,10 +264,9 @@ class ReadAhead:
     def prepare(self, index):
         """One batch's Rows."""
         index = index.cpu()
-        out = Rows()
-        for key in self.keys:
-            rows = key.rows_read(index, self.anchor, self.edge)
-            out.streams[key.position] = key.packed(rows, self.reader, self.pin)
+        out = Rows(
+            streams=read_mapped(self.keys, index, self.anchor, self.edge, self.reader, self.pin)
+        )
         for key in self.frames:
             out.frames[key.position] = key.decode(key.rows_of(index, self.anchor, self.edge))
         return out

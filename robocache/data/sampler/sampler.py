@@ -89,8 +89,9 @@ class WindowSampler:
             decoder with ``read_ahead`` >= 1, whose graphs gather the frames
             decoded ahead) and the batches go there; off where windows are
             cut on the host, where mapped keys are read for each batch, and
-            for ``batch_at`` with encoded frames (decoded when asked for). A graph writes its batches into the
-            same buffers, but never while anything still refers to a batch
+            for ``batch_at`` with encoded frames (decoded when asked for). A
+            graph writes its batches into the same buffers, but never while
+            anything still refers to a batch
             (a variable, a view, an autograd graph that saved it): the ring
             of graphs then grows, up to 16 a batch size, past which a batch
             is cut without a graph.

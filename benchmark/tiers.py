@@ -21,9 +21,9 @@ For each (policy, tier): the step with a staged batch (the ideal), the step
 fed by the sampler and their ratio (the loader efficiency: the median ratio of
 alternated staged and fed blocks), windows/s of the
 sampler alone, its GB/s against a pinned-to-device copy (the roofline of
-reads from host memory) and against the disk's random-read rate (a probe of
-the store file at the frame size, pages dropped), and the GPU and host memory
-used. Run from the checkout's root; ``--small --device cpu`` is a smoke run.
+reads from host memory), its frames/s against the disk's random-read rate (a
+probe of the store file at the frame size, pages dropped; ``ratio``), and the
+GPU and host memory used. Run from the checkout's root; ``--small --device cpu`` is a smoke run.
 """
 
 import argparse
@@ -361,12 +361,14 @@ def main(argv=None):
     print(f"{meta['device']}, torch {meta['torch']}; pinned copy "
           f"{meta.get('pinned_copy_GBps', float('nan')):.1f} GB/s")  # fmt: skip
     print(f"{'policy':8} {'tier':12} {'frames':6} {'staged ms':>10} {'step ms':>9} {'effic.':>7} "
-          f"{'windows/s':>10} {'GB/s':>7} {'disk reads/s':>13}")  # fmt: skip
+          f"{'windows/s':>10} {'GB/s':>7} {'frames/s':>9} {'disk reads/s':>13} {'ratio':>6}")  # fmt: skip
     for r in rows:
+        frames = r["windows_per_s"] * len(CAMERAS) * len(DELTAS[CAMERAS[0]])
         print(
             f"{r['policy']:8} {r['tier']:12} {r['frames']:6} {r['ideal_step_s'] * 1e3:10.2f} "
             f"{r['step_s'] * 1e3:9.2f} {r['efficiency']:7.3f} {r['windows_per_s']:10.0f} "
-            f"{r['frames_GBps']:7.2f} {r['disk_reads_per_s']:13.0f}"
+            f"{r['frames_GBps']:7.2f} {frames:9.0f} {r['disk_reads_per_s']:13.0f} "
+            f"{frames / r['disk_reads_per_s']:6.2f}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))

@@ -13,8 +13,8 @@ from conftest import requires_cuda
 from fixtures.corrupt import truncate
 
 from robocache.data import EpisodeStore, LoaderError, WindowSampler
+from robocache.data.sampler.mapped import finders_of
 from robocache.data.sampler.plan import check_options, edge_tolerance_ns, plan_keys
-from robocache.data.sampler.read import MappedKey
 from robocache.data.store.rows import MappedRows, StoreFile, row_reader
 
 MS = 1_000_000
@@ -120,7 +120,39 @@ def test_mapped_rows_cut_on_the_gpu_are_the_windows_on_the_gpu(tmp_path, prefetc
                               batch_size=4, seed=3, key_age=True, **kw)  # fmt: skip
     same_batches([sampler.batch_at(index)], [reference.batch_at(index)])
     with pytest.raises(ValueError, match=r"'cam' is mapped from the store's file"):
-        WindowSampler(mapped, DELTAS, anchor="anchor", device="cuda", cuda_graph=True)
+        WindowSampler(mapped, DELTAS, anchor="anchor", device="cuda", cuda_graph=True,
+                      read_ahead=0)  # fmt: skip
+    with pytest.raises(ValueError, match=r"'cam' is mapped from the store's file"):
+        WindowSampler(mapped, DELTAS, anchor="anchor", device="cuda", cuda_graph=True,
+                      modes={"force": "mean"})  # fmt: skip
+
+
+@requires_cuda
+@pytest.mark.parametrize("prefetch", [None, 0])
+def test_mapped_rows_cut_in_cuda_graphs_are_the_windows_on_the_gpu(tmp_path, prefetch):
+    store = make_store()
+    store.save(tmp_path)
+    # The anchors on the GPU: every key is cut there, in graphs.
+    mapped = EpisodeStore.load(tmp_path, placement={"anchor": "cuda"})
+    modes = {"cam": "nearest", "joints": "linear", "force": "nearest"}
+    kw = dict(device="cuda", prefetch=prefetch, tolerance_s={"joints": 0.04}, shuffle=False,
+              modes=modes, anchor="anchor", batch_size=4, seed=3, key_age=True)  # fmt: skip
+    reference = WindowSampler(store.to("cuda"), DELTAS, cuda_graph=False, **kw)
+    want = [{k: v.clone() for k, v in b.items()} for b in reference]
+    sampler = WindowSampler(mapped, DELTAS, **kw)
+    for _ in range(2):  # two epochs, the second through the graphs captured in the first
+        busy = torch.cuda.Stream()
+        with torch.cuda.stream(busy):  # another stream keeps the GPU busy meanwhile
+            big = torch.randn(2048, 2048, device="cuda")
+            for _ in range(20):
+                big = big @ big / 2048
+        held = list(sampler)  # every batch kept: the ring grows, or cuts without a graph
+        same_batches([{k: v.clone() for k, v in b.items()} for b in held], want)
+        got = [{k: v.clone() for k, v in b.items()} for b in sampler]  # each let go
+        same_batches(got, want)
+        torch.cuda.synchronize()
+    assert sampler.graphs and all(n >= 1 for n in sampler.graphs.values())
+    assert sampler._batches.reader.static is not None
 
 
 def test_a_shard_reads_its_own_rows(tmp_path):
@@ -162,7 +194,7 @@ def test_the_threads_end_with_the_iteration(tmp_path):
     before = threading.active_count(), os_threads()
     iterator = iter(sampler)
     next(iterator)
-    assert os_threads() >= before[1] + 8  # the reader's 7 native threads, and the worker
+    assert os_threads() >= before[1] + 7  # the reader's 7 native threads
     for _ in iterator:  # a whole epoch
         pass
     assert (threading.active_count(), os_threads(before[1])) == before
@@ -186,8 +218,10 @@ def test_rows_are_read_in_runs(tmp_path):
         assert torch.equal(rows.read(picked, pool), values[picked])
         assert torch.equal(rows.part(7, 12).read(np.array([0, 3]), pool), values[[7, 10]])
     assert rows.read(np.array([], dtype=np.int64)).shape == (0, 6)
-    with pytest.raises(IndexError):
+    with pytest.raises(ValueError, match=r"rows must increase, each in 0..40; got 40 at 0"):
         rows.read(np.array([40]))
+    with pytest.raises(ValueError, match=r"rows must increase, each in 0..40; got 3 at 1 after 5"):
+        rows.read(np.array([5, 3]))
 
 
 @pytest.mark.parametrize("row_bytes", [4, 20_000, 70_000])
@@ -211,23 +245,51 @@ def test_random_rows_read_natively_are_the_file_s_rows(tmp_path, row_bytes, thre
         rows.read(np.array([0, 5]), reader)
 
 
-def test_a_row_reader_refuses_runs_that_do_not_fit(tmp_path):
+def test_a_row_reader_reads_rows_handed_over_and_refuses_what_does_not_fit(tmp_path):
     path = tmp_path / "rows.bin"
     path.write_bytes(bytes(range(64)))
     reader, out = row_reader(2), torch.zeros(16, dtype=torch.uint8)
     with StoreFileOf(path) as fd:
-        assert reader.read(fd, torch.tensor([[4, 8, 0], [60, 4, 12]]), out) == -1
-        assert out.tolist() == [*range(4, 12), 0, 0, 0, 0, 60, 61, 62, 63]
-        assert reader.read(fd, torch.tensor([[0, 4, 0], [62, 4, 4]]), out) == 1  # the file ends
-        for runs in ([[0, 4, 14]], [[-1, 4, 0]], [[0, -2, 0]]):
-            with pytest.raises(ValueError, match=r"run 0 \(file offset"):
-                reader.read(fd, torch.tensor(runs), out)
-        with pytest.raises(ValueError, match=r"runs must be a contiguous \(R, 3\) int64"):
-            reader.read(fd, torch.tensor([[0, 4]]), out)
-        with pytest.raises(ValueError, match=r"out must be a contiguous uint8 host tensor"):
-            reader.read(fd, torch.tensor([[0, 4, 0]]), out.float())
+        # Row r of 4 bytes at byte 8 + 4 r: 14 rows.
+        assert reader.read(fd, 14, torch.tensor([0, 1, 2, 13]), [8], [4], out, [0]) == -1
+        assert out.tolist() == [*range(8, 20), *range(60, 64)]
+        # Two streams of one file: rows of 2 bytes from byte 0, of 1 byte from byte 40.
+        two = torch.zeros(6, dtype=torch.uint8)
+        assert reader.read(fd, 10, torch.tensor([1, 7]), [0, 40], [2, 1], two, [0, 4]) == -1
+        assert two.tolist() == [2, 3, 14, 15, 41, 47]
+        tickets = [reader.submit(fd, 8, torch.tensor([r]), [0], [8], out[8 * i : 8 * i + 8], [0])
+                   for i, r in enumerate((7, 2))]  # fmt: skip
+        assert reader.pending() == 2
+        assert [reader.wait(t) for t in tickets] == [-1, -1] and reader.pending() == 0
+        assert out.tolist() == [*range(56, 64), *range(16, 24)]
+        # The file ends inside row 15 of 4 bytes at byte 2, read in one run
+        # with row 3 (the gap is under a page): that run's first row.
+        rows, eight = torch.tensor([3, 15]), torch.zeros(8, dtype=torch.uint8)
+        assert reader.read(fd, 16, rows, [2], [4], eight, [0]) == 0
+        assert reader.read(fd, 16, rows[1:], [2], [4], eight, [4]) == 0
+        assert reader.read(fd, 16, rows[:1], [2], [4], eight, [0]) == -1
+        with pytest.raises(ValueError, match=rf"no read {tickets[0]} is waiting"):
+            reader.wait(tickets[0])
+        one = torch.tensor([0])
+        for args, message in (
+            ((14, one, [-1], [4], out, [0]), r"stream 0: begin and row_bytes must be >= 0 and > 0"),
+            ((14, one, [0], [0], out, [0]), r"stream 0: begin and row_bytes must be"),
+            ((1 << 62, one, [8], [4], out, [0]), r"pass the largest file offset"),
+            ((14, one, [0], [4], out, [14]), r"stream 0: 1 rows of 4 bytes from byte 14 do not fit"),
+            ((14, one, [0, 4], [4], out, [0]), r"begins, row_bytes and at must be as long"),
+            ((-1, one, [0], [4], out, [0]), r"row_count must be >= 0"),
+            ((14, torch.tensor([[0]]), [0], [4], out, [0]), r"rows must be a contiguous 1-D int64"),
+            ((14, one, [0], [4], out.float(), [0]), r"out must be a contiguous uint8 host tensor"),
+            ((14, torch.tensor([5, 3]), [0], [4], out, [0]), r"rows must increase, each in 0..14; got 3 at 1 after 5"),
+        ):  # fmt: skip
+            with pytest.raises(ValueError, match=message):
+                reader.read(fd, *args)
     with pytest.raises(RuntimeError, match=r"reading the file failed: Bad file descriptor"):
-        reader.read(1 << 20, torch.tensor([[0, 4, 0]]), out)  # no such descriptor
+        reader.read(1 << 20, 14, one, [0], [4], out, [0])  # no such descriptor
+    ticket = reader.submit(1 << 20, 14, one, [0], [4], out, [0])
+    reader.close()  # reads not waited for are dropped
+    with pytest.raises(RuntimeError, match=r"the reader was closed"):
+        reader.wait(ticket)
     with pytest.raises(ValueError, match="threads must be in 0..256"):
         row_reader(1000)
 
@@ -265,16 +327,42 @@ def test_a_batch_reads_only_rows_near_its_windows(tmp_path):
     mapped = EpisodeStore.load(tmp_path)
     options = check_options(modes={"joints": "linear"})
     plans = plan_keys(mapped, DELTAS, options, torch.device("cpu"))
-    k = next(k for k, p in enumerate(plans) if p.key == "joints")
-    key = MappedKey(k, plans[k], mapped["joints"], mapped.mapped_rows["joints"])
+    (finder,) = [f for f in finders_of(mapped, plans) if f.keys[0].plan.key == "joints"]
     anchor = (mapped["anchor"].offsets, mapped["anchor"].times)
     edge = edge_tolerance_ns(1e-4)
-    rows = key.rows_read(torch.tensor([3]), anchor, edge)  # one window, episode 0
+    # Two batches of one window each: episode 0's, then episode 3's.
+    index = torch.tensor([3, int(store["anchor"].offsets[3]) + 2])
+    found, bounds = finder.rows_of(index, anchor, edge, 1)
+    first = found[bounds[0] : bounds[1]]
     n = int(store["joints"].offsets[1])  # episode 0's rows
-    assert 0 < rows.numel() < n and int(rows.max()) < n
-    values, times, offsets = key.packed(rows, None, False)
-    assert torch.equal(values, store["joints"].values[rows])
-    assert offsets[0] == 0 and offsets[1] == rows.numel() and offsets[-1] == rows.numel()
+    assert 0 < first.numel() < n and int(first.max()) < n
+    later = found[bounds[1] : bounds[2]]
+    episode = store["joints"].offsets
+    assert int(episode[3]) <= int(later.min()) and int(later.max()) < int(episode[4])
+    reader = row_reader(2)
+    ticket, streams = finder.submit(reader, first, False)
+    finder.wait(reader, ticket)
+    ((values, times, offsets),) = streams.values()
+    assert torch.equal(values, store["joints"].values[first])
+    assert torch.equal(times, store["joints"].times[first])
+    assert offsets[0] == 0 and offsets[1] == first.numel() and offsets[-1] == first.numel()
+    reader.close()
+
+
+def test_keys_of_one_timeline_and_rule_share_the_rows_found(tmp_path):
+    store = make_store()
+    store.save(tmp_path)
+    mapped = EpisodeStore.load(tmp_path)
+    deltas = {"joints": [-0.1, 0.0], "force": [-0.1, 0.0], "cam": [0.0]}
+    options = check_options(modes={"joints": "linear", "force": "linear"})
+    plans = plan_keys(mapped, deltas, options, torch.device("cpu"))
+    groups = sorted(sorted(k.plan.key for k in f.keys) for f in finders_of(mapped, plans))
+    assert ["force", "joints"] in groups and ["cam"] in groups
+    options = check_options(modes={"joints": "linear", "force": "nearest"})
+    plans = plan_keys(mapped, deltas, options, torch.device("cpu"))
+    assert ["force"] in sorted(
+        sorted(k.plan.key for k in f.keys) for f in finders_of(mapped, plans)
+    )
 
 
 SAVE_OVER = """
@@ -327,3 +415,60 @@ def test_a_store_file_pickled_is_the_file_loaded_or_an_error(tmp_path):
     make_store(seed=1).save(tmp_path)
     with pytest.raises(LoaderError, match=r"store.safetensors: not the file this store was loaded"):
         pickle.loads(pickle.dumps(file))
+
+
+CUT_WHILE_SAMPLING = """
+import sys
+sys.path.insert(0, {tests!r})
+from fixtures.corrupt import truncate
+from test_readahead import DELTAS
+from robocache.data import EpisodeStore, LoaderError, WindowSampler
+
+store = EpisodeStore.load({folder!r})
+sampler = WindowSampler(store, DELTAS, anchor="anchor", batch_size=4, read_ahead={depth},
+                        device={device!r}, modes={{"joints": "linear"}})
+next(iter(sampler))
+truncate({path!r}, 0.1)
+try:
+    for batch in sampler:
+        pass
+    sampler.batch_at([0, 3])
+except LoaderError as e:
+    print(e)
+    sys.exit(0)
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_cuda)])
+@pytest.mark.parametrize("depth", [0, 2])
+def test_a_file_cut_while_sampling_is_an_error_naming_it_not_a_crash(tmp_path, device, depth):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    make_store().save(tmp_path)
+    path = tmp_path / "store.safetensors"
+    code = CUT_WHILE_SAMPLING.format(tests=str(Path(__file__).parent), folder=str(tmp_path),
+                                     path=str(path), depth=depth, device=device)  # fmt: skip
+    # A SIGBUS (a fault of the mapping) would kill the process with -7.
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "store.safetensors: the file ends inside the values of" in done.stdout or (
+        "store.safetensors: the file ends inside a stream's values" in done.stdout
+    ), done.stdout
+
+
+def test_a_sampler_s_repr_shows_what_it_holds_ahead(tmp_path):
+    make_store().save(tmp_path)
+    sampler = WindowSampler(EpisodeStore.load(tmp_path), DELTAS, anchor="anchor", batch_size=4,
+                            read_ahead=3)  # fmt: skip
+    text = repr(sampler)
+    assert text.startswith(
+        f"WindowSampler(a store, {len(sampler)} batches of 4 an epoch, device=cpu"
+    )
+    assert (
+        "read from the file 3 batches ahead, the rows of at most 4 batches in host memory" in text
+    )
+    assert "'cam'" in text and "'joints'" in text

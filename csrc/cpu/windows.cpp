@@ -98,9 +98,10 @@ void fill_windows(const at::Tensor& values, const PackedIndex& packed, const Win
   const auto* src = static_cast<const char*>(v.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());
   const PackedIndexView view(packed);
-  // Windows split between threads, a few thousand bytes of output each.
-  const int64_t grain =
-      std::max<int64_t>(1, 4096 / std::max<int64_t>(1, packed.W * int64_t(row_bytes)));
+  // Windows split between threads, 64 KiB of output each at least: a
+  // smaller share costs less than waking a thread for it.
+  const int64_t grain = std::max<int64_t>(
+      1, (int64_t{1} << 16) / std::max<int64_t>(1, packed.W * int64_t(row_bytes)));
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, blends ? values.scalar_type() : at::kFloat, "sample_windows", [&] {
         at::parallel_for(0, packed.B, grain, [&](int64_t b_begin, int64_t b_end) {

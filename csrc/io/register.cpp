@@ -8,7 +8,10 @@ using robocache::io::RowReader;
 TORCH_LIBRARY_FRAGMENT(robocache, m) {
   m.class_<RowReader>("RowReader")
       .def(torch::init<int64_t>())
+      .def("submit", &RowReader::submit)
+      .def("wait", &RowReader::wait)
       .def("read", &RowReader::read)
       .def("close", &RowReader::close)
+      .def("pending", &RowReader::pending)
       .def("threads", [](const c10::intrusive_ptr<RowReader>& self) { return self->threads(); });
 }

@@ -4,24 +4,104 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <string>
 
 namespace robocache::io {
 
-// One read(): its runs, handed out one at a time to whichever thread asks.
+namespace {
+
+// One pread call's worth of a read: `bytes` at `file_offset`. Straight into
+// the output at `out_offset`, or, where `gapped`, into scratch, from which
+// rows[first..end) of `row_bytes` each are copied out to `base + i *
+// row_bytes` (the rows between them dropped).
+struct Piece {
+  int64_t file_offset;
+  int64_t bytes;
+  int64_t out_offset;
+  int64_t first;  // the first row's position in rows
+  int64_t end;
+  int64_t row_bytes;
+  int64_t base;
+  bool gapped;
+};
+
+// Reads `bytes` at `offset` whole: 0, 1 where the file ends first, else errno.
+int read_fully(int fd, uint8_t* target, int64_t bytes, int64_t offset) {
+  while (bytes > 0) {
+    const size_t ask = static_cast<size_t>(std::min<int64_t>(bytes, int64_t{1} << 30));
+    const ssize_t got = ::pread(fd, target, ask, static_cast<off_t>(offset));
+    if (got > 0) {
+      offset += got;
+      target += got;
+      bytes -= got;
+    } else if (got == 0) {
+      return 1;
+    } else if (errno != EINTR) {
+      return errno == 0 ? EIO : errno;
+    }
+  }
+  return 0;
+}
+
+// The pieces of reading rows[0..count) (strictly increasing) of row_bytes
+// each, row r at begin + r * row_bytes, into base + i * row_bytes: rows
+// whose gaps are under kCoalesceBytes in one run, runs of consecutive rows
+// cut into pieces of at most kPieceBytes, runs with gaps kept to kPieceBytes
+// of the file.
+void add_pieces(std::vector<Piece>& pieces, const int64_t* rows, int64_t count, int64_t begin,
+                int64_t row_bytes, int64_t base) {
+  const int64_t gap_rows = std::max<int64_t>(1, kCoalesceBytes / row_bytes);
+  const int64_t span_rows = std::max<int64_t>(1, kPieceBytes / row_bytes);
+  int64_t i = 0;
+  while (i < count) {
+    const int64_t first = rows[i];
+    int64_t j = i + 1;
+    bool whole = true;  // consecutive rows only
+    while (j < count && rows[j] - rows[j - 1] <= gap_rows) {
+      const bool next_whole = whole && rows[j] == rows[j - 1] + 1;
+      if (!next_whole && rows[j] - first + 1 > span_rows) {
+        break;
+      }
+      whole = next_whole;
+      ++j;
+    }
+    if (whole) {
+      const int64_t total = (j - i) * row_bytes;
+      for (int64_t done = 0; done < total; done += kPieceBytes) {
+        pieces.push_back({begin + first * row_bytes + done, std::min(kPieceBytes, total - done),
+                          base + i * row_bytes + done, i + done / row_bytes, j, row_bytes, base,
+                          false});
+      }
+    } else {
+      pieces.push_back({begin + first * row_bytes, (rows[j - 1] - first + 1) * row_bytes,
+                        base + i * row_bytes, i, j, row_bytes, base, true});
+    }
+    i = j;
+  }
+}
+
+}  // namespace
+
+// One read handed over: its pieces, handed out one at a time to whichever
+// thread asks.
 struct RowReader::Job {
   int fd = -1;
-  const int64_t* runs = nullptr;  // (R, 3)
-  int64_t count = 0;
-  uint8_t* out = nullptr;
+  at::Tensor rows, out;  // held until the read is waited for
+  const int64_t* row_numbers = nullptr;
+  uint8_t* target = nullptr;
+  std::vector<Piece> pieces;
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> finished{0};
   std::atomic<int64_t> first_short{std::numeric_limits<int64_t>::max()};
   std::mutex mutex;
   std::condition_variable done;
   std::string error;  // the first OS error, if any
+
+  int64_t count() const { return static_cast<int64_t>(pieces.size()); }
 };
 
 RowReader::RowReader(int64_t threads) {
@@ -51,43 +131,49 @@ void RowReader::close() {
       worker.join();
     }
   }
+  std::lock_guard<std::mutex> lock(mutex_);
+  queue_.clear();
+  jobs_.clear();
+}
+
+int64_t RowReader::pending() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(jobs_.size());
 }
 
 void RowReader::run_part(Job& job) {
+  std::vector<uint8_t> scratch;
   for (;;) {
     const int64_t i = job.next.fetch_add(1);
-    if (i >= job.count) {
+    if (i >= job.count()) {
       return;
     }
-    const int64_t* run = job.runs + 3 * i;
-    int64_t offset = run[0], left = run[1];
-    uint8_t* target = job.out + run[2];
-    while (left > 0) {
-      const size_t ask = static_cast<size_t>(std::min<int64_t>(left, int64_t{1} << 30));
-      const ssize_t got = ::pread(job.fd, target, ask, static_cast<off_t>(offset));
-      if (got > 0) {
-        offset += got;
-        target += got;
-        left -= got;
-        continue;
-      }
-      if (got < 0 && errno == EINTR) {
-        continue;
-      }
-      if (got == 0) {  // the file ends inside this run
-        int64_t seen = job.first_short.load();
-        while (i < seen && !job.first_short.compare_exchange_weak(seen, i)) {
-        }
-      } else {
-        const int code = errno;
-        std::lock_guard<std::mutex> lock(job.mutex);
-        if (job.error.empty()) {
-          job.error = std::strerror(code);
-        }
-      }
-      break;
+    const Piece& piece = job.pieces[static_cast<size_t>(i)];
+    uint8_t* target = job.target + piece.out_offset;
+    if (piece.gapped) {
+      scratch.resize(static_cast<size_t>(piece.bytes));
+      target = scratch.data();
     }
-    if (job.finished.fetch_add(1) + 1 == job.count) {
+    const int code = read_fully(job.fd, target, piece.bytes, piece.file_offset);
+    if (code == 1) {
+      int64_t seen = job.first_short.load();
+      while (piece.first < seen && !job.first_short.compare_exchange_weak(seen, piece.first)) {
+      }
+    } else if (code != 0) {
+      std::lock_guard<std::mutex> lock(job.mutex);
+      if (job.error.empty()) {
+        job.error = std::strerror(code);
+      }
+    } else if (piece.gapped) {
+      const int64_t first_row = job.row_numbers[piece.first];
+      const int64_t size = piece.row_bytes;
+      for (int64_t k = piece.first; k < piece.end; ++k) {
+        std::memcpy(job.target + piece.base + k * size,
+                    scratch.data() + (job.row_numbers[k] - first_row) * size,
+                    static_cast<size_t>(size));
+      }
+    }
+    if (job.finished.fetch_add(1) + 1 == job.count()) {
       std::lock_guard<std::mutex> lock(job.mutex);
       job.done.notify_all();
     }
@@ -95,73 +181,111 @@ void RowReader::run_part(Job& job) {
 }
 
 void RowReader::work() {
-  uint64_t seen = 0;
   for (;;) {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (stopping_) {
         return;
       }
-      seen = generation_;
-      job = job_;
+      job = queue_.front();
+      if (job->next.load() >= job->count()) {  // every piece handed out
+        queue_.pop_front();
+        continue;
+      }
     }
-    if (job) {
-      run_part(*job);
-    }
+    run_part(*job);
   }
 }
 
-int64_t RowReader::read(int64_t fd, const at::Tensor& runs, const at::Tensor& out) {
-  ROBOCACHE_CHECK_VALUE(fd >= 0, "RowReader.read: fd must be an open file; got ", fd);
-  ROBOCACHE_CHECK_VALUE(runs.device().is_cpu() && runs.scalar_type() == at::kLong &&
-                            runs.dim() == 2 && runs.size(1) == 3 && runs.is_contiguous(),
-                        "RowReader.read: runs must be a contiguous (R, 3) int64 CPU tensor");
+int64_t RowReader::submit(int64_t fd, int64_t row_count, const at::Tensor& rows,
+                          const std::vector<int64_t>& begins, const std::vector<int64_t>& row_bytes,
+                          const at::Tensor& out, const std::vector<int64_t>& at) {
+  ROBOCACHE_CHECK_VALUE(fd >= 0, "RowReader.submit: fd must be an open file; got ", fd);
+  ROBOCACHE_CHECK_VALUE(row_count >= 0, "RowReader.submit: row_count must be >= 0; got ",
+                        row_count);
+  ROBOCACHE_CHECK_VALUE(rows.device().is_cpu() && rows.scalar_type() == at::kLong &&
+                            rows.dim() == 1 && rows.is_contiguous(),
+                        "RowReader.submit: rows must be a contiguous 1-D int64 CPU tensor");
   ROBOCACHE_CHECK_VALUE(
       out.device().is_cpu() && out.scalar_type() == at::kByte && out.is_contiguous(),
-      "RowReader.read: out must be a contiguous uint8 host tensor");
-  const int64_t count = runs.size(0);
-  const int64_t* r = runs.data_ptr<int64_t>();
+      "RowReader.submit: out must be a contiguous uint8 host tensor");
+  ROBOCACHE_CHECK_VALUE(begins.size() == row_bytes.size() && begins.size() == at.size(),
+                        "RowReader.submit: begins, row_bytes and at must be as long; got ",
+                        begins.size(), ", ", row_bytes.size(), " and ", at.size());
+  const int64_t count = rows.numel();
   const int64_t capacity = out.numel();
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t offset = r[3 * i], size = r[3 * i + 1], at = r[3 * i + 2];
-    ROBOCACHE_CHECK_VALUE(
-        offset >= 0 && size >= 0 && at >= 0 && at <= capacity && size <= capacity - at,
-        "RowReader.read: run ", i, " (file offset ", offset, ", ", size, " bytes, at ", at,
-        ") does not fit out's ", capacity, " bytes");
+  const int64_t largest = std::numeric_limits<int64_t>::max();
+  for (size_t k = 0; k < begins.size(); ++k) {
+    const int64_t size = row_bytes[k];
+    ROBOCACHE_CHECK_VALUE(begins[k] >= 0 && size > 0, "RowReader.submit: stream ", k,
+                          ": begin and row_bytes must be >= 0 and > 0; got ", begins[k], " and ",
+                          size);
+    ROBOCACHE_CHECK_VALUE(row_count <= (largest - begins[k]) / size, "RowReader.submit: stream ", k,
+                          ": ", row_count, " rows of ", size, " bytes from byte ", begins[k],
+                          " pass the largest file offset");
+    ROBOCACHE_CHECK_VALUE(at[k] >= 0 && at[k] <= capacity && count <= (capacity - at[k]) / size,
+                          "RowReader.submit: stream ", k, ": ", count, " rows of ", size,
+                          " bytes from byte ", at[k], " do not fit out's ", capacity, " bytes");
   }
-  if (count == 0) {
-    return -1;
+  const int64_t* r = rows.data_ptr<int64_t>();
+  for (int64_t i = 0; i < count; ++i) {
+    ROBOCACHE_CHECK_VALUE(r[i] >= 0 && r[i] < row_count && (i == 0 || r[i] > r[i - 1]),
+                          "RowReader.submit: rows must increase, each in 0..", row_count, "; got ",
+                          r[i], " at ", i, i > 0 ? " after " : "",
+                          i > 0 ? std::to_string(r[i - 1]) : std::string());
   }
   auto job = std::make_shared<Job>();
   job->fd = static_cast<int>(fd);
-  job->runs = r;
-  job->count = count;
-  job->out = static_cast<uint8_t*>(out.data_ptr());
+  job->rows = rows;
+  job->out = out;
+  job->row_numbers = r;
+  job->target = static_cast<uint8_t*>(out.data_ptr());
+  for (size_t k = 0; k < begins.size(); ++k) {
+    add_pieces(job->pieces, r, count, begins[k], row_bytes[k], at[k]);
+  }
+  int64_t ticket;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    ROBOCACHE_CHECK(!stopping_, "RowReader.read: the reader was closed");
-    job_ = job;
-    ++generation_;
-  }
-  if (count > 1) {
-    wake_.notify_all();
-  }
-  run_part(*job);  // the caller reads too
-  {
-    std::unique_lock<std::mutex> lock(job->mutex);
-    job->done.wait(lock, [&] { return job->finished.load() == count; });
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (job_ == job) {
-      job_.reset();
+    ROBOCACHE_CHECK(!stopping_, "RowReader.submit: the reader was closed");
+    ticket = next_ticket_++;
+    jobs_.emplace(ticket, job);
+    if (job->count() > 0 && !workers_.empty()) {
+      queue_.push_back(job);
     }
   }
-  ROBOCACHE_CHECK(job->error.empty(), "RowReader.read: reading the file failed: ", job->error);
+  if (job->count() > 0) {
+    wake_.notify_all();
+  }
+  return ticket;
+}
+
+int64_t RowReader::wait(int64_t ticket) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ROBOCACHE_CHECK(!stopping_, "RowReader.wait: the reader was closed");
+    auto found = jobs_.find(ticket);
+    ROBOCACHE_CHECK_VALUE(found != jobs_.end(), "RowReader.wait: no read ", ticket,
+                          " is waiting (each read is waited for once)");
+    job = found->second;
+    jobs_.erase(found);
+  }
+  run_part(*job);  // whoever waits reads too
+  {
+    std::unique_lock<std::mutex> lock(job->mutex);
+    job->done.wait(lock, [&] { return job->finished.load() == job->count(); });
+  }
+  ROBOCACHE_CHECK(job->error.empty(), "RowReader: reading the file failed: ", job->error);
   const int64_t first = job->first_short.load();
   return first == std::numeric_limits<int64_t>::max() ? -1 : first;
+}
+
+int64_t RowReader::read(int64_t fd, int64_t row_count, const at::Tensor& rows,
+                        const std::vector<int64_t>& begins, const std::vector<int64_t>& row_bytes,
+                        const at::Tensor& out, const std::vector<int64_t>& at) {
+  return wait(submit(fd, row_count, rows, begins, row_bytes, out, at));
 }
 
 }  // namespace robocache::io

@@ -1,38 +1,65 @@
-// Runs of a file's bytes read into a host tensor by a few threads of the
-// reader's own, with positional reads (pread): one call from the caller a
-// batch, with no Python and no GIL on the threads.
+// Rows of a file read into host tensors by a few threads of the reader's
+// own, with positional reads (pread): a batch's rows handed over in one call,
+// read while the caller goes on, and waited for in another, with no Python
+// and no GIL on the threads.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <torch/custom_class.h>
 
-#include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace robocache::io {
 
+// Rows closer than this many bytes are read as one run (the gap read into
+// scratch and dropped): a page, which the kernel reads whole anyway.
+constexpr int64_t kCoalesceBytes = int64_t{4} << 10;
+// No read is longer than this, so that a long run is read by several
+// threads at once.
+constexpr int64_t kPieceBytes = int64_t{1} << 20;
+
 class RowReader : public torch::CustomClassHolder {
  public:
-  // threads: the reader's own threads; the caller reads beside them.
+  // threads: the reader's own threads; whoever waits for a read reads too.
   explicit RowReader(int64_t threads);
   ~RowReader() override;
 
-  // Reads each run of `runs` ((R, 3) int64, CPU: the file offset, the byte
-  // count, and the offset in `out`) from the open file `fd` into `out` (a
-  // contiguous uint8 host tensor; pinned memory too). Returns -1 once every
-  // run is read whole, else the first run the file ends inside (it was cut
-  // after it was opened). An error of the OS is raised, naming it.
-  int64_t read(int64_t fd, const at::Tensor& runs, const at::Tensor& out);
+  // Hands over the read of rows `rows` ((R,) int64, CPU, strictly
+  // increasing, each in 0..row_count) of one or more streams of a file
+  // `fd`: stream k's row r lies at byte `begins[k] + r * row_bytes[k]` and
+  // lands in `out` (a contiguous uint8 host tensor; pinned memory too) at
+  // byte `at[k] + i * row_bytes[k]` for rows[i]. Returns a ticket for
+  // wait(); both tensors are held until then.
+  int64_t submit(int64_t fd, int64_t row_count, const at::Tensor& rows,
+                 const std::vector<int64_t>& begins, const std::vector<int64_t>& row_bytes,
+                 const at::Tensor& out, const std::vector<int64_t>& at);
 
-  // Ends the threads (also on destruction); read() after it is an error.
+  // Waits for the read of `ticket` (reading its rows left on this thread
+  // too). Returns -1 once every row is read whole, else the position in
+  // `rows` of the first row of the first run of rows read together that
+  // the file ends inside (it was cut after it was opened). An error of the
+  // OS is raised, naming it.
+  int64_t wait(int64_t ticket);
+
+  // submit() and wait() in one call.
+  int64_t read(int64_t fd, int64_t row_count, const at::Tensor& rows,
+               const std::vector<int64_t>& begins, const std::vector<int64_t>& row_bytes,
+               const at::Tensor& out, const std::vector<int64_t>& at);
+
+  // Ends the threads and drops the reads not waited for (also on
+  // destruction); submit() or wait() after it is an error.
   void close();
 
   int64_t threads() const { return static_cast<int64_t>(workers_.size()); }
+
+  // Reads handed over and not yet waited for.
+  int64_t pending();
 
  private:
   struct Job;
@@ -42,8 +69,9 @@ class RowReader : public torch::CustomClassHolder {
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::shared_ptr<Job> job_;  // the read in progress, if any
-  uint64_t generation_ = 0;   // reads begun
+  std::deque<std::shared_ptr<Job>> queue_;                  // reads with pieces left to hand out
+  std::unordered_map<int64_t, std::shared_ptr<Job>> jobs_;  // reads not yet waited for
+  int64_t next_ticket_ = 0;
   bool stopping_ = false;
 };
 

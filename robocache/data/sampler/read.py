@@ -2,14 +2,9 @@
 
 - Keys on the GPU, and pinned keys (the kernel reads page-locked host memory
   directly), are read by the cut itself: nothing to do here.
-- Mapped keys: an epoch's order is known when it starts, so the rows the
-  next batches' windows read are too. For each batch a thread finds those
-  rows (the cut over row numbers), reads them from the store's file (runs
-  of rows, on a few native threads: ``store.rows.MappedRows``) and packs them as a
-  small stream of their own with the same episodes: each episode holds its
-  rows the batch reads, its first and last rows, and for each query the rows
-  on both sides of it, so that the cut finds in it exactly what it finds in
-  the whole stream, and cuts the same windows from it.
+- Mapped keys: each batch's rows read from the store's file ahead of it by
+  the native row reader, and packed as a small stream of their own
+  (mapped.py).
 - Encoded keys (JPEG, PNG): the cut over row numbers (``row + 1``; 0 where a
   window has no sample) picks the same rows as it would from the frames,
   with the same padding; each distinct row of a batch is decoded once, in
@@ -22,9 +17,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..store.rows import row_reader
-from .cut import rows_around
+from ..store.rows import caller_reader, row_reader
 from .decode import DecodeAhead, DecodedEpoch, DecodeTables, FrameKey
+from .mapped import MappedAhead, MappedReads, StaticRows, capacity, finders_of
+
+# The row reader's threads (and the thread waiting for a batch beside them).
+READ_THREADS = 8
 
 
 @dataclass
@@ -37,71 +35,6 @@ class Rows:
     streams: dict = field(default_factory=dict)
     frames: dict = field(default_factory=dict)
     decoded: dict = field(default_factory=dict)
-
-
-class MappedKey:
-    """What reading one mapped key ahead needs: its plan, its times and
-    offsets on the host, and where its rows lie in the file."""
-
-    def __init__(self, position, plan, stream, rows):
-        self.position, self.plan, self.rows = position, plan, rows
-        self.times, self.offsets = stream.times.cpu(), stream.offsets.cpu()
-        self.deltas = plan.deltas.cpu()  # read on the host each batch: copied once
-        self.row_numbers = torch.arange(self.times.numel()).view(-1, 1)
-
-    def rows_read(self, index, anchor, edge_tolerance):
-        """The sorted rows a batch anchored at ``index`` reads from this key."""
-        plan = self.plan
-        shifts = [self.deltas]
-        if plan.mode == "mean":
-            shifts.append(self.deltas - plan.interval)
-        found = []
-        for deltas in shifts:
-            # "previous" over the row numbers: the row at or before each query
-            # (the first row for a query before it).
-            rows, episode = rows_around(
-                plan, self.row_numbers, self.times, self.offsets, anchor, index, edge_tolerance,
-                mode="previous", deltas=deltas, interval=0, tolerance=-1,
-            )  # fmt: skip
-            found.append(rows.view(-1))
-        episodes = episode[episode >= 0]
-        firsts, lasts = self.offsets[episodes], self.offsets[episodes + 1] - 1
-        last = lasts.repeat_interleave(len(plan.deltas))
-        held = found[0]
-        after = torch.minimum(held + 1, last.clamp(min=0))
-        picked = [held, after, firsts, lasts]  # each episode's edges decide its padding
-        if plan.mode == "mean":  # every row of (q - interval, q]
-            first = found[1]
-            span = (held - first).clamp(min=0)
-            picked.append(first.repeat_interleave(span + 1) + _ramp(span + 1))
-        rows = torch.cat(picked)
-        rows = rows[(rows >= 0) & (rows < self.times.numel())]
-        return torch.unique(rows)
-
-    def packed(self, rows, reader, pin):
-        """(values, times, offsets) of the rows, as a stream with the same
-        episodes; ``pin``: all three in pinned memory (copied to the GPU by
-        the cut, with the copies' events keeping the memory theirs)."""
-        values = self.rows.read(rows.numpy(), reader, pin)
-        times, offsets = self.times[rows], torch.searchsorted(rows, self.offsets)
-        if pin:
-            times, offsets = times.pin_memory(), offsets.pin_memory()
-        return values, times, offsets
-
-
-def read_mapped(keys, index, anchor, edge_tolerance, reader, pin):
-    """key position -> (values, times, offsets) of the rows the batch
-    anchored at ``index`` (a host tensor) reads from each mapped key."""
-    return {
-        key.position: key.packed(key.rows_read(index, anchor, edge_tolerance), reader, pin)
-        for key in keys
-    }
-
-
-def _ramp(counts):
-    """0, 1, ..., c - 1 for each count c, concatenated."""
-    starts = torch.cumsum(counts, 0) - counts
-    return torch.arange(int(counts.sum())) - starts.repeat_interleave(counts)
 
 
 class Reader:
@@ -121,16 +54,14 @@ class Reader:
         ]
         self.frames = [f for f in frames if not f.on_gpu]
         self.gpu_frames = [f for f in frames if f.on_gpu]
-        self.mapped = [
-            MappedKey(k, p, store[p.key], store.mapped_rows[p.key])
-            for k, p in enumerate(plans)
-            if p.place == "mapped" and not p.encoded and p.cut_on.type == "cpu"
-        ]
+        self.finders = finders_of(store, plans)
+        self.mapped = [key for finder in self.finders for key in finder.keys]
         self.row_numbers = {f.position: f.cut_values for f in frames}
         # Batches bound for a GPU: the mapped keys' rows are read into pinned
         # memory, copied to the GPU and cut there (their plans say so).
         self.mapped_on_gpu = device is not None and device.type == "cuda" and bool(self.mapped)
         self.stand_ins = {}
+        self.static = None  # the StaticRows of the sampler's graphs
         if self.mapped_on_gpu:
             index = device.index if device.index is not None else torch.cuda.current_device()
             for key in self.mapped:
@@ -146,10 +77,27 @@ class Reader:
                     torch.zeros_like(stream.offsets, device="cpu"),
                 )  # fmt: skip
 
+    @property
+    def mapped_graphable(self):
+        """Whether the mapped keys' rows can be cut in a CUDA graph: batches
+        bound for a GPU, read ahead into static buffers of a bounded size."""
+        return self.mapped_on_gpu and all(
+            capacity(f, self.batch_size) is not None for f in self.finders
+        )
+
+    def static_rows(self):
+        """The StaticRows the sampler's graphs cut mapped keys from (made
+        the first time)."""
+        if self.static is None:
+            device = self.mapped[0].plan.cut_on
+            self.static = StaticRows(self.finders, self.batch_size, device)
+        return self.static
+
     def mapped_now(self, index, anchor, edge_tolerance):
         """The mapped keys' rows of the batch anchored at ``index``, read now
-        (batches bound for a GPU with no read ahead, or asked for by index)."""
-        return read_mapped(self.mapped, index.cpu(), anchor, edge_tolerance, None, True)
+        (no read ahead, or asked for by index)."""
+        reads = MappedReads(self.finders, caller_reader(), self.mapped_on_gpu)
+        return reads.now(index.cpu(), anchor, edge_tolerance)
 
     def __bool__(self):
         return bool(self.frames or self.gpu_frames or self.mapped)
@@ -160,26 +108,27 @@ class Reader:
         return self.frames + self.gpu_frames
 
     def ahead(self, anchor, edge_tolerance, indices, depth, decoded=None):
-        """An Ahead of ``indices``' batches, or None where there is nothing
-        to read ahead. ``decoded``: the DecodedEpoch of these batches, where
-        a queue already decodes them (else one is started)."""
+        """An Ahead of ``indices``' batches (EpochParts), or None where there
+        is nothing to read ahead. ``decoded``: the DecodedEpoch of these
+        batches, where a queue already decodes them (else one is started)."""
         if not self or not depth or not indices:
             return None
-        host = None
-        if self.mapped or self.frames:
-            host = ReadAhead(self.mapped, anchor, edge_tolerance, indices, depth,
-                             pin=self.mapped_on_gpu, frames=self.frames)  # fmt: skip
-        gpu = decoded
-        if self.gpu_frames and gpu is None:
-            try:
+        ahead = Ahead()
+        try:
+            if self.mapped:
+                ahead.mapped = MappedAhead(self.finders, anchor, edge_tolerance, indices, depth,
+                                           row_reader(READ_THREADS), self.mapped_on_gpu)  # fmt: skip
+            if self.frames:
+                ahead.host = HostDecodeAhead(self.frames, anchor, edge_tolerance, indices, depth)
+            ahead.gpu = decoded
+            if self.gpu_frames and decoded is None:
                 tables = self.decode_tables(depth)
                 decoding = DecodeAhead(tables, edge_tolerance, indices)
-                gpu = DecodedEpoch(decoding, 0, len(indices))
-            except BaseException:
-                if host is not None:
-                    host.close()
-                raise
-        return Ahead(host, gpu)
+                ahead.gpu = DecodedEpoch(decoding, 0, len(indices))
+        except BaseException:
+            ahead.close(keep_decoding=decoded is not None)
+            raise
+        return ahead
 
     def decode_tables(self, depth):
         """The GPU-decoded keys' DecodeTables for an iteration reading
@@ -216,15 +165,17 @@ class Reader:
 
 
 class Ahead:
-    """The read ahead of an iteration: a ReadAhead's (mapped keys, frames
-    decoded on the host) and a DecodeAhead's (frames decoded on the GPU),
-    either None."""
+    """The read ahead of an iteration: a MappedAhead's (mapped keys), a
+    HostDecodeAhead's (frames decoded on the host) and a DecodeAhead's
+    (frames decoded on the GPU), each None where there is none."""
 
-    def __init__(self, host, gpu):
-        self.host, self.gpu = host, gpu
+    def __init__(self):
+        self.mapped = self.host = self.gpu = None
 
     def get(self, i):
         rows = self.host.get(i) if self.host is not None else Rows()
+        if self.mapped is not None:
+            rows.streams = self.mapped.get(i)
         if self.gpu is not None:
             rows.decoded = self.gpu.get(i)
         return rows
@@ -236,22 +187,22 @@ class Ahead:
             if self.gpu is not None and not keep_decoding:
                 self.gpu.close()
         finally:
-            if self.host is not None:
-                self.host.close()
+            try:
+                if self.host is not None:
+                    self.host.close()
+            finally:
+                if self.mapped is not None:
+                    self.mapped.close()
 
 
-class ReadAhead:
-    """Each batch's mapped keys read ``depth`` batches ahead, on a thread of
-    its own (with ``threads`` more for the reads). ``get(i)`` waits for
-    batch i's Rows; ``close()`` stops the work, and no thread outlives it."""
+class HostDecodeAhead:
+    """Each batch's encoded keys decoded on the host ``depth`` batches
+    ahead, on a thread of its own. ``get(i)`` waits for batch i's Rows;
+    ``close()`` stops the work, and no thread outlives it."""
 
-    def __init__(
-        self, keys, anchor, edge_tolerance, indices, depth=2, threads=8, pin=False, frames=()
-    ):
-        self.keys, self.anchor, self.edge = keys, anchor, edge_tolerance
-        self.frames = frames
-        self.indices, self.depth, self.pin = indices, depth, pin
-        self.reader = row_reader(threads)
+    def __init__(self, frames, anchor, edge_tolerance, indices, depth=2):
+        self.frames, self.anchor, self.edge = frames, anchor, edge_tolerance
+        self.indices, self.depth = indices, depth
         self.worker = ThreadPoolExecutor(max_workers=1)
         self.futures = {}
         self.closed = False
@@ -264,9 +215,7 @@ class ReadAhead:
     def prepare(self, index):
         """One batch's Rows."""
         index = index.cpu()
-        out = Rows(
-            streams=read_mapped(self.keys, index, self.anchor, self.edge, self.reader, self.pin)
-        )
+        out = Rows()
         for key in self.frames:
             out.frames[key.position] = key.decode(key.rows_of(index, self.anchor, self.edge))
         return out
@@ -286,4 +235,3 @@ class ReadAhead:
         for future in self.futures.values():
             future.cancel()
         self.worker.shutdown(wait=True, cancel_futures=True)
-        self.reader.close()

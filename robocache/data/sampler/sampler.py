@@ -85,11 +85,14 @@ class WindowSampler:
             epoch's order on the device, so that a batch costs the host one
             graph launch (``batch_at`` adds one index copy). None (the
             default): on wherever every key is read on the GPU (placed
-            ``"cuda"`` or ``"pinned"``, or JPEG frames decoded by the GPU
+            ``"cuda"`` or ``"pinned"``, JPEG frames decoded by the GPU
             decoder with ``read_ahead`` >= 1, whose graphs gather the frames
-            decoded ahead) and the batches go there; off where windows are
-            cut on the host, where mapped keys are read for each batch, and
-            for ``batch_at`` with encoded frames (decoded when asked for). A
+            decoded ahead, or mapped keys read ahead, whose rows are copied
+            into buffers the graphs cut them from) and the batches go
+            there; off where windows are cut on the host, where mapped keys
+            are read when their batch is asked for (``read_ahead=0``, or a
+            key in mode ``"mean"``), and for ``batch_at`` with encoded
+            frames or mapped keys (decoded or read when asked for). A
             graph writes its batches into the same buffers, but never while
             anything still refers to a batch
             (a variable, a view, an autograd graph that saved it): the ring
@@ -98,11 +101,13 @@ class WindowSampler:
         graph_buffers: the graphs a batch size starts with (default: 2 more
             than ``prefetch``).
         read_ahead: batches whose mapped keys an iteration reads ahead from
-            the store's file, on threads of its own (default 2; 0: each
-            batch's rows are read when it is asked for, and, for batches
-            kept on the host, from the mapping). Only the rows the windows
-            read are read, in runs, several at a time; for batches bound for
-            a GPU they land in pinned memory and are copied and cut there.
+            the store's file, on native threads of its own (default 2; 0:
+            each batch's rows are read when it is asked for). Only the rows
+            the windows read are read, in runs, several at a time, with
+            positional reads of the file held open since ``load`` (never
+            through the mapping); for batches bound for a GPU they land in
+            pinned memory and are copied and cut there. The rows of at most
+            ``read_ahead`` + 1 batches wait in memory at once.
         prefetch: batches an iteration prepares ahead, on a CUDA stream of
             the sampler's own, while the caller's step runs (0: each batch
             on the caller's stream when asked for). None (the default): 1
@@ -264,6 +269,23 @@ class WindowSampler:
             batches = batches.packed
         graphs = getattr(batches, "graphs", None)
         return None if graphs is None else graphs.ring_sizes()
+
+    def __repr__(self):
+        source = f"a Mixture of {len(self.mixture.stores)} stores" if self.mixture else "a store"
+        text = (
+            f"WindowSampler({source}, {len(self)} batches of {self.batch_size} an epoch, "
+            f"device={self.device}"
+        )
+        reader = getattr(self._batches, "reader", None)
+        if reader is not None and reader.mapped:
+            depth = self._batches.options.read_ahead
+            keys = [key.plan.key for key in reader.mapped]
+            where = "pinned memory" if reader.mapped_on_gpu else "host memory"
+            text += (
+                f"; mapped {keys} read from the file {depth} batches ahead, the rows of at most "
+                f"{depth + 1} batches in {where} at once"
+            )
+        return text + ")"
 
     # -- epochs --------------------------------------------------------------------
 

@@ -160,8 +160,12 @@ class StoreBatches:
         graphable_frames = not self.reader.frames and all(
             f.plan.key in decoded_ahead for f in self.reader.gpu_frames
         )
-        # Mapped keys: each batch's rows are read for it, outside any graph.
-        graphable = graphable_frames and not self.reader.mapped
+        # Mapped keys: each batch's rows, read ahead, are copied into the
+        # buffers the graphs cut them from.
+        graphable_mapped = not self.reader.mapped or (
+            self.reader.mapped_graphable and options.read_ahead >= 1
+        )
+        graphable = graphable_frames and graphable_mapped
         if cuda_graph is None:  # on where it is safe: the GPU, and batches kept stay kept
             cuda_graph = on_gpu and COUNTS_REFERENCES and self.augmentation is None and graphable
         if not cuda_graph:
@@ -171,11 +175,12 @@ class StoreBatches:
                 f"{_WHERE}: cuda_graph=True with augment: each batch's augmentation is drawn "
                 "on the host, outside any CUDA graph; use cuda_graph=False"
             )
-        if self.reader.mapped:
+        if not graphable_mapped:
             raise ValueError(
                 f"{_WHERE}: cuda_graph=True: {self.reader.mapped[0].plan.key!r} is mapped from "
-                "the store's file, and each batch's rows are read for it outside any CUDA "
-                "graph; use cuda_graph=False, or place the key 'pinned' or 'cuda'"
+                "the store's file, and its batches' rows are read outside any CUDA graph "
+                "(with read_ahead=0, a key in mode 'mean', or batches kept on the host); use "
+                "cuda_graph=False, read_ahead >= 1, or place the key 'pinned' or 'cuda'"
             )
         if not graphable_frames:
             key = (self.reader.frames or self.reader.gpu_frames)[0].plan.key
@@ -300,6 +305,9 @@ class StoreBatches:
                     cursor.load(anchors)
                     if decoded is not None:
                         decoded.tables.base.fill_(decoded.base)
+                if reader is not None and reader.mapped is not None:
+                    # Batch i's rows, into the buffers its graph cuts them from.
+                    self.reader.static_rows().stage(reader.mapped.get(i))
                 if decoded is None:
                     return rings[i]()
                 decoded.take(i)  # batch i's frames, ready on this stream
@@ -333,7 +341,8 @@ class StoreBatches:
             if self.reader.gpu_frames:
                 tables = self.reader.tables
                 decoded = tables.gather(tables.slot_of(cursor.step), size)
-            return self.batch(cursor.take(size), Rows(decoded=decoded or {}))
+            streams = self.reader.static_rows().streams if self.reader.mapped else {}
+            return self.batch(cursor.take(size), Rows(streams=streams, decoded=decoded or {}))
 
         return self.graphs.ring(("cursor", size), make, (cursor.step,))
 
@@ -342,7 +351,8 @@ class StoreBatches:
     def batch_at(self, index, step=None):
         """The batch anchored at ``index`` (anchor-stream rows, any integer form)."""
         index = order.anchor_index(index, self.anchors.device)
-        if self.graphs is None or self.reader.gpu_frames:  # frames decoded now: no graph
+        if self.graphs is None or self.reader.gpu_frames or self.reader.mapped:
+            # Frames decoded now, or rows read now: no graph.
             return self.batch(index, step=step)
         size = index.numel()
         static = self._static.get(size)
@@ -354,7 +364,7 @@ class StoreBatches:
 
     def batch(self, index, rows=None, step=None, parts=None):
         """The batch anchored at ``index``, made now. ``rows``: what the read
-        readied ahead for it (else mapped keys are read from the mapping and
+        readied ahead for it (else mapped keys are read from the file and
         encoded keys decoded now); ``step`` fixes the augmentation's draws
         (default: a count of the batches that gave none); ``parts``: see
         ``KeyAugmentation.params``."""
@@ -364,7 +374,7 @@ class StoreBatches:
         # (no autograd bookkeeping a call; the batch's tensors are ordinary).
         with torch._C._AutoDispatchBelowAutograd():
             streams = rows.streams if rows is not None else None
-            if self.reader.mapped_on_gpu and not streams:  # nothing read ahead: read now
+            if self.reader.mapped and not streams:  # nothing read ahead: read now
                 streams = self.reader.mapped_now(
                     index, self.anchor_host, self.options.edge_tolerance
                 )

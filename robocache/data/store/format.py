@@ -106,7 +106,8 @@ def read(file, verify=True, shard=None):
     """(streams, episodes, tasks, fps, info) of a store written by ``write``
     (``file``: its StoreFile, from ``open_file``).
 
-    The tensors map the file (nothing is read until used). The structure is
+    The values map the file (nothing is read until used); the other tensors
+    are read into memory. The structure is
     always checked; with ``verify`` the checksums too (every byte is read
     once; with ``shard=(rank, world_size)`` only the rank's episodes'
     values)."""
@@ -120,6 +121,10 @@ def read(file, verify=True, shard=None):
         raise LoaderError(f"{where}: not a readable safetensors file: {e}") from e
     if not file.is_at_path():  # the map and the descriptor must be of one file
         raise LoaderError(f"{where}: another file was put in its place while it was loaded")
+    # Everything but the values (times, offsets, statistics, episodes, CRCs)
+    # is read into memory now: a file cut after loading then never faults
+    # where the sampler reads its index.
+    tensors = {n: t if n.endswith("/values") else t.clone() for n, t in tensors.items()}
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise LoaderError(
             f"{where}: {path} is not an EpisodeStore of version {VERSION} "

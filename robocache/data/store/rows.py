@@ -1,15 +1,16 @@
-"""Rows of a mapped stream read from the store's file directly: each run of
-consecutive rows one positional read into the destination, the runs of a
-batch spread over a few native threads in one call (``RowReader``,
-csrc/io), so that a cold disk serves many reads at once (where faults of a
-memory map come one at a time). The reads go through the file held open
-since ``load`` (``StoreFile``), never through its path again."""
+"""Rows of a mapped stream read from the store's file directly, by the
+native row reader (``RowReader``, csrc/io): runs of nearby rows each one
+positional read, spread over a few native threads, so that a cold disk
+serves many reads at once (where faults of a memory map come one at a time).
+The reads go through the file held open since ``load`` (``StoreFile``),
+never through its path again."""
 
 import json
 import os
 import struct
 import weakref
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -22,12 +23,6 @@ _DTYPES = {
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
     "U8": torch.uint8, "BOOL": torch.bool,
 }  # fmt: skip
-# Runs of rows closer than this many bytes are read as one (the gap read and
-# dropped): a page, which the kernel reads whole anyway.
-COALESCE_BYTES = 4 << 10
-# A run never crosses a multiple of this many bytes of the file, so that a
-# long run is read by several threads at once.
-RUN_BYTES = 1 << 20
 
 
 class StoreFile:
@@ -115,7 +110,7 @@ class MappedRows:
     def path(self):
         return self.file.path
 
-    @property
+    @cached_property
     def row_bytes(self):
         return (
             int(np.prod(self.shape, dtype=np.int64))
@@ -127,54 +122,37 @@ class MappedRows:
         return replace(self, begin=self.begin + first * self.row_bytes, rows=end - first)
 
     def read(self, rows, reader=None, pin=False):
-        """The rows ``rows`` (sorted, unique, int64) as an (R, *shape)
-        tensor, read in one native call (``reader``: a RowReader from
-        ``row_reader``; None reads on the caller's thread alone). Rows whose
-        gaps are under COALESCE_BYTES are read as one run with the gaps,
-        into scratch rows past the result, and then moved into place."""
-        rows = np.asarray(rows, dtype=np.int64)
-        count = len(rows)
-        size = self.row_bytes
-        if count and (rows[0] < 0 or rows[-1] >= self.rows):
-            raise IndexError(f"rows outside 0:{self.rows} of {self.path}")
-        if count == 0 or size == 0:
-            return torch.empty((count, *self.shape), dtype=self.dtype, pin_memory=pin)
-        gap = max(1, COALESCE_BYTES // size)
-        block = (rows * size) // RUN_BYTES
-        cut = (np.diff(rows) > gap) | (np.diff(block) != 0)
-        starts = np.concatenate([[0], np.nonzero(cut)[0] + 1])
-        ends = np.concatenate([starts[1:], [count]])
-        first, span = rows[starts], rows[ends - 1] - rows[starts] + 1
-        whole = span == ends - starts  # no gap: straight into the result's rows
-        # Scratch rows for the runs with gaps, past the result's.
-        scratch = count + np.concatenate([[0], np.cumsum(np.where(whole, 0, span))])
-        at = np.where(whole, starts, scratch[:-1])
-        buffer = torch.empty((int(scratch[-1]), size), dtype=torch.uint8, pin_memory=pin)
-        runs = np.stack([self.begin + first * size, span * size, at * size], axis=1)
-        reader = _caller_reader() if reader is None else reader
-        short = reader.read(self.file.fd, torch.from_numpy(runs), buffer)
+        """The rows ``rows`` (increasing, int64) as an (R, *shape) tensor
+        (pinned where ``pin``), read in one native call (``reader``: a
+        RowReader from ``row_reader``; None reads on the caller's thread
+        alone)."""
+        rows = torch.as_tensor(rows, dtype=torch.int64).contiguous()
+        out = torch.empty((rows.numel(), *self.shape), dtype=self.dtype, pin_memory=pin)
+        if out.numel() == 0:
+            return out
+        reader = caller_reader() if reader is None else reader
+        target = out.view(-1).view(torch.uint8)
+        short = reader.read(
+            self.file.fd, self.rows, rows, [self.begin], [self.row_bytes], target, [0]
+        )
         if short >= 0:
             raise self.file.short_read("a stream's values")
-        if not whole.all():
-            own = np.repeat(~whole, ends - starts)  # each row: read with gaps
-            run_of = np.repeat(np.arange(len(starts)), ends - starts)[own]
-            source = at[run_of] + rows[own] - first[run_of]
-            table = buffer.numpy()
-            table[np.nonzero(own)[0]] = table[source]
-        return buffer[:count].view(self.dtype).view(count, *self.shape)
+        return out
 
 
 _CALLER_READER = []
 
 
-def _caller_reader():
-    """A RowReader of no threads of its own: each call reads on its caller's thread."""
+def caller_reader():
+    """A RowReader of no threads of its own: each read runs on the thread
+    that waits for it."""
     if not _CALLER_READER:
         _CALLER_READER.append(torch.classes.robocache.RowReader(0))
     return _CALLER_READER[0]
 
 
 def row_reader(threads):
-    """A native RowReader: ``threads`` read runs of rows at once (the
-    caller's and ``threads - 1`` of its own); ``close()`` ends its threads."""
+    """A native RowReader: ``threads`` read rows at once (the thread that
+    waits for a read and ``threads - 1`` of its own); ``close()`` ends its
+    threads."""
     return torch.classes.robocache.RowReader(max(0, threads - 1))

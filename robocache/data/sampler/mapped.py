@@ -1,0 +1,261 @@
+"""Mapped keys read from the store's file, ahead of their batches, by the
+native row reader's threads (``RowReader``, csrc/io): no Python thread.
+
+An epoch's order is known when it starts, so the rows the next batches'
+windows read are too. They are found for a chunk of batches at once (the cut
+over row numbers, on the host), and each batch's rows are handed to the
+reader ``depth`` batches ahead, into memory of their own (pinned where the
+batch goes to a GPU); the caller's thread then only waits for them. Each
+batch's rows are packed as a small stream with the same episodes: each
+episode holds its rows the batch reads, its first and last rows, and for
+each query the rows on both sides of it, so that the cut finds in it
+exactly what it finds in the whole stream, and cuts the same windows from
+it. Keys that share their times and their rule share the rows found."""
+
+import numpy as np
+import torch
+
+from .cut import rows_around
+
+# Batches whose rows are found at once: the host's cut over row numbers runs
+# once a chunk, not once a batch.
+CHUNK_BATCHES = 16
+
+
+class MappedKey:
+    """One mapped key: its position in the plans, its plan and its rows in
+    the file (``store.rows.MappedRows``)."""
+
+    def __init__(self, position, plan, rows):
+        self.position, self.plan, self.rows = position, plan, rows
+
+
+def _aligned(size):
+    return -(-size // 64) * 64
+
+
+class RowFinder:
+    """The rows that batches read from keys sharing one timeline and one
+    rule (mode, deltas, interval, tolerance); ``keys``: those MappedKeys."""
+
+    def __init__(self, plan, stream, keys):
+        self.plan, self.keys = plan, keys
+        self.times, self.offsets = stream.times.cpu(), stream.offsets.cpu()
+        self.deltas = plan.deltas.cpu()
+        self.row_numbers = torch.arange(self.times.numel()).view(-1, 1)
+        self.file = keys[0].rows.file
+
+    def add(self, key):
+        self.keys.append(key)
+
+    def shares(self, plan, stream):
+        """Whether a key of ``plan`` over ``stream`` reads the same rows."""
+        mine = self.plan
+        return (
+            (plan.mode, plan.interval, plan.tolerance) == (mine.mode, mine.interval, mine.tolerance)
+            and torch.equal(plan.deltas.cpu(), self.deltas)
+            and torch.equal(stream.offsets.cpu(), self.offsets)
+            and torch.equal(stream.times.cpu(), self.times)
+        )
+
+    def rows_of(self, index, anchor, edge_tolerance, batch_size):
+        """The sorted rows each batch of ``index`` (host anchors, batches of
+        ``batch_size`` in turn) reads: (rows, bounds), batch b's rows
+        ``rows[bounds[b]:bounds[b + 1]]``. Past the operator, numpy: one
+        thread, so that a busy host's cores are not waited for."""
+        plan, count = self.plan, self.times.numel()
+        width = len(self.deltas)
+        batch = np.arange(index.numel()) // batch_size
+        batches = -(-index.numel() // batch_size)
+        shifts = [self.deltas] + ([self.deltas - plan.interval] if plan.mode == "mean" else [])
+        found = []
+        for deltas in shifts:
+            # "previous" over the row numbers: the row at or before each query
+            # (the first row for a query before it).
+            rows, episode = rows_around(
+                plan, self.row_numbers, self.times, self.offsets, anchor, index, edge_tolerance,
+                mode="previous", deltas=deltas, interval=0, tolerance=-1,
+            )  # fmt: skip
+            found.append(rows.view(-1).numpy())
+        held, window_batch = found[0], np.repeat(batch, width)
+        episode = np.maximum(episode.numpy(), 0)
+        offsets = self.offsets.numpy()
+        firsts, lasts = offsets[episode], offsets[episode + 1] - 1
+        after = np.minimum(held + 1, np.maximum(np.repeat(lasts, width), 0))
+        # Each episode's edges decide its padding.
+        picked = [held, after, firsts, lasts]
+        owners = [window_batch, window_batch, batch, batch]
+        if plan.mode == "mean":  # every row of (q - interval, q]
+            span = np.maximum(held - found[1], 0) + 1
+            starts = np.cumsum(span) - span
+            ramp = np.arange(int(span.sum())) - np.repeat(starts, span)
+            picked.append(np.repeat(found[1], span) + ramp)
+            owners.append(np.repeat(window_batch, span))
+        rows, owner = np.concatenate(picked), np.concatenate(owners)
+        kept = (rows >= 0) & (rows < count)
+        keyed = np.sort(owner[kept] * count + rows[kept])  # by batch, then row
+        keyed = keyed[np.concatenate(([True], keyed[1:] != keyed[:-1]))]
+        bounds = np.searchsorted(keyed, np.arange(batches + 1) * count)
+        return torch.from_numpy(keyed % max(count, 1)), bounds.tolist()
+
+    def submit(self, reader, found, pin):
+        """Hands the read of rows ``found`` of every key to ``reader``, into
+        one buffer (pinned where ``pin``): (ticket, streams), key position
+        -> (values, times, offsets) of the packed stream, its index (the
+        offsets, then the times) filled now."""
+        count, edges = found.numel(), self.offsets.numel()
+        keys = self.keys
+        sizes = [key.rows.row_bytes * count for key in keys]
+        at = [_aligned(8 * (edges + count))]
+        for size in sizes[:-1]:
+            at.append(at[-1] + _aligned(size))
+        buffer = torch.empty(at[-1] + sizes[-1], dtype=torch.uint8, pin_memory=pin)
+        index = buffer[: 8 * (edges + count)].view(torch.int64)
+        offsets, times = index[:edges], index[edges:]
+        torch.searchsorted(found, self.offsets, out=offsets)
+        torch.index_select(self.times, 0, found, out=times)
+        rows = [key.rows for key in keys]
+        read = [(r, start) for r, start in zip(rows, at) if r.row_bytes]  # rows of no bytes: none
+        ticket = None
+        if read and count:
+            ticket = reader.submit(self.file.fd, rows[0].rows, found, [r.begin for r, _ in read],
+                                   [r.row_bytes for r, _ in read], buffer, [a for _, a in read])  # fmt: skip
+        streams = {
+            key.position: (
+                buffer[start : start + size].view(r.dtype).view(count, *r.shape),
+                times,
+                offsets,
+            )
+            for key, r, start, size in zip(keys, rows, at, sizes)
+        }
+        return ticket, streams
+
+    def wait(self, reader, ticket):
+        if ticket is not None and reader.wait(ticket) >= 0:
+            keys = ", ".join(repr(key.plan.key) for key in self.keys)
+            raise self.file.short_read(f"the values of {keys}")
+
+
+def finders_of(store, plans):
+    """The RowFinders of the plans' mapped keys (their values not encoded)."""
+    finders = []
+    for k, plan in enumerate(plans):
+        if plan.place != "mapped" or plan.encoded:
+            continue
+        stream = store[plan.key]
+        key = MappedKey(k, plan, store.mapped_rows[plan.key])
+        shared = next((f for f in finders if f.shares(plan, stream)), None)
+        if shared is None:
+            finders.append(RowFinder(plan, stream, [key]))
+        else:
+            shared.add(key)
+    return finders
+
+
+class MappedReads:
+    """Batches' mapped rows handed to a native reader: ``submit(b, found)``
+    for each finder's rows, then ``wait(b)``, the batch's streams (key
+    position -> (values, times, offsets))."""
+
+    def __init__(self, finders, reader, pin):
+        self.finders, self.reader, self.pin = finders, reader, pin
+        self.pending = {}
+
+    def submit(self, b, found):
+        self.pending[b] = [
+            (f, *f.submit(self.reader, rows, self.pin)) for f, rows in zip(self.finders, found)
+        ]
+
+    def wait(self, b):
+        streams = {}
+        for finder, ticket, read in self.pending.pop(b):
+            finder.wait(self.reader, ticket)
+            streams.update(read)
+        return streams
+
+    def now(self, index, anchor, edge_tolerance):
+        """The streams of the batch anchored at ``index`` (host), read now."""
+        found = [f.rows_of(index, anchor, edge_tolerance, max(1, index.numel()))[0]
+                 for f in self.finders]  # fmt: skip
+        self.submit(-1, found)
+        return self.wait(-1)
+
+
+class MappedAhead:
+    """An epoch's mapped rows, read ``depth`` batches ahead: ``get(i)``
+    hands batch i + depth to the reader and waits for batch i's streams;
+    ``close()`` ends the reader's threads. The rows wait in memory of their
+    own, ``depth`` + 1 batches at most (pinned where ``pin``)."""
+
+    def __init__(self, finders, anchor, edge_tolerance, parts, depth, reader, pin):
+        self.anchor, self.edge, self.parts, self.depth = anchor, edge_tolerance, parts, depth
+        self.reads = MappedReads(finders, reader, pin)
+        self.chunk = None  # (first batch, [(rows, bounds) per finder])
+        for b in range(min(depth, len(parts))):
+            self._submit(b)
+
+    def _found(self, b):
+        """Each finder's rows of batch b, found a chunk of batches at a time."""
+        first = b - b % CHUNK_BATCHES
+        if self.chunk is None or self.chunk[0] != first:
+            parts, size = self.parts, self.parts.batch_size
+            end = min(first + CHUNK_BATCHES, len(parts))
+            index = parts.anchors[first * size : end * size].cpu()
+            self.chunk = (first, [f.rows_of(index, self.anchor, self.edge, size)
+                                  for f in self.reads.finders])  # fmt: skip
+        at = b - first
+        return [rows[bounds[at] : bounds[at + 1]] for rows, bounds in self.chunk[1]]
+
+    def _submit(self, b):
+        self.reads.submit(b, self._found(b))
+
+    def get(self, i):
+        ahead = i + self.depth
+        if ahead < len(self.parts) and ahead not in self.reads.pending:
+            self._submit(ahead)
+        if i not in self.reads.pending:
+            self._submit(i)
+        return self.reads.wait(i)
+
+    def close(self):
+        self.reads.reader.close()
+
+
+class StaticRows:
+    """Device buffers that a sampler's CUDA graphs cut mapped keys from:
+    ``streams``, key position -> (values, times, offsets), each holding as
+    many rows as a batch reads at most; ``stage(streams)`` copies a batch's
+    rows (read ahead into pinned memory) into them, on the current CUDA
+    stream, before its graph is replayed there. Rows past a batch's own are
+    never read: its offsets end at its rows."""
+
+    def __init__(self, finders, batch_size, device):
+        self.streams = {}
+        for finder in finders:
+            rows = capacity(finder, batch_size)
+            times = torch.zeros(rows, dtype=finder.times.dtype, device=device)
+            offsets = torch.zeros_like(finder.offsets, device=device)
+            for key in finder.keys:
+                shape, dtype = key.rows.shape, key.rows.dtype
+                values = torch.zeros((rows, *shape), dtype=dtype, device=device)
+                self.streams[key.position] = (values, times, offsets)
+
+    def stage(self, streams):
+        staged = set()
+        for position, (values, times, offsets) in streams.items():
+            into = self.streams[position]
+            into[0][: values.shape[0]].copy_(values, non_blocking=True)
+            if id(times) not in staged:  # keys of one finder share them
+                staged.add(id(times))
+                into[1][: times.shape[0]].copy_(times, non_blocking=True)
+                into[2].copy_(offsets, non_blocking=True)
+
+
+def capacity(finder, batch_size):
+    """The most rows a batch of ``batch_size`` reads through ``finder``
+    (None where its mode has no bound: "mean" reads every row of each
+    query's interval): each window's row at or before each query and the
+    row after it, and its episode's first and last rows."""
+    if finder.plan.mode == "mean":
+        return None
+    return min(finder.times.numel(), batch_size * (2 * len(finder.deltas) + 2))

@@ -140,6 +140,9 @@ def test_mapped_rows_cut_in_cuda_graphs_are_the_windows_on_the_gpu(tmp_path, pre
     reference = WindowSampler(store.to("cuda"), DELTAS, cuda_graph=False, **kw)
     want = [{k: v.clone() for k, v in b.items()} for b in reference]
     sampler = WindowSampler(mapped, DELTAS, **kw)
+    if prefetch is None:  # the rows are copied beside the step: no side stream
+        assert sampler.prefetch == 0
+        assert WindowSampler(mapped, DELTAS, **{**kw, "cuda_graph": False}).prefetch == 1
     for _ in range(2):  # two epochs, the second through the graphs captured in the first
         busy = torch.cuda.Stream()
         with torch.cuda.stream(busy):  # another stream keeps the GPU busy meanwhile
@@ -148,7 +151,11 @@ def test_mapped_rows_cut_in_cuda_graphs_are_the_windows_on_the_gpu(tmp_path, pre
                 big = big @ big / 2048
         held = list(sampler)  # every batch kept: the ring grows, or cuts without a graph
         same_batches([{k: v.clone() for k, v in b.items()} for b in held], want)
-        got = [{k: v.clone() for k, v in b.items()} for b in sampler]  # each let go
+        torch.cuda.set_sync_debug_mode("error")  # nothing waits on the host
+        try:
+            got = [{k: v.clone() for k, v in b.items()} for b in sampler]  # each let go
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
         same_batches(got, want)
         torch.cuda.synchronize()
     assert sampler.graphs and all(n >= 1 for n in sampler.graphs.values())

@@ -224,12 +224,17 @@ class MappedAhead:
 class StaticRows:
     """Device buffers that a sampler's CUDA graphs cut mapped keys from:
     ``streams``, key position -> (values, times, offsets), each holding as
-    many rows as a batch reads at most; ``stage(streams)`` copies a batch's
-    rows (read ahead into pinned memory) into them, on the current CUDA
-    stream, before its graph is replayed there. Rows past a batch's own are
-    never read: its offsets end at its rows."""
+    many rows as a batch reads at most. Rows past a batch's own are never
+    read: its offsets end at its rows.
+
+    ``stage(streams)`` copies a batch's rows (read ahead into pinned memory)
+    into them on a CUDA stream of their own, once the last batch's cut has
+    read them (``cut()`` marks that), so that the copy runs beside the
+    caller's step on the last batch; the current stream waits for the copy
+    on the GPU. Nothing waits on the host."""
 
     def __init__(self, finders, batch_size, device):
+        self.device = device
         self.streams = {}
         for finder in finders:
             rows = capacity(finder, batch_size)
@@ -239,16 +244,32 @@ class StaticRows:
                 shape, dtype = key.rows.shape, key.rows.dtype
                 values = torch.zeros((rows, *shape), dtype=dtype, device=device)
                 self.streams[key.position] = (values, times, offsets)
+        self.copy_stream = torch.cuda.Stream(device)
+        self.read = torch.cuda.Event()  # the last cut's reads of the buffers
+        self.copied = torch.cuda.Event()
 
     def stage(self, streams):
-        staged = set()
-        for position, (values, times, offsets) in streams.items():
-            into = self.streams[position]
-            into[0][: values.shape[0]].copy_(values, non_blocking=True)
-            if id(times) not in staged:  # keys of one finder share them
-                staged.add(id(times))
-                into[1][: times.shape[0]].copy_(times, non_blocking=True)
-                into[2].copy_(offsets, non_blocking=True)
+        caller = torch.cuda.current_stream(self.device)
+        copy = self.copy_stream
+        copy.wait_event(self.read)  # none recorded yet: no wait
+        torch.cuda.set_stream(copy)
+        try:
+            staged = set()
+            for position, (values, times, offsets) in streams.items():
+                into = self.streams[position]
+                into[0][: values.shape[0]].copy_(values, non_blocking=True)
+                if id(times) not in staged:  # keys of one finder share them
+                    staged.add(id(times))
+                    into[1][: times.shape[0]].copy_(times, non_blocking=True)
+                    into[2].copy_(offsets, non_blocking=True)
+            self.copied.record(copy)
+        finally:
+            torch.cuda.set_stream(caller)
+        caller.wait_event(self.copied)
+
+    def cut(self):
+        """The current stream has queued the cut that reads the buffers."""
+        self.read.record(torch.cuda.current_stream(self.device))
 
 
 def capacity(finder, batch_size):

@@ -112,10 +112,12 @@ class WindowSampler:
             the sampler's own, while the caller's step runs (0: each batch
             on the caller's stream when asked for). None (the default): 1
             where a key's batch is made on the host when asked for (mapped
-            keys read from the file, encoded frames decoded on the host or
+            keys cut without a graph, encoded frames decoded on the host or
             with ``read_ahead=0``), whose copy then runs beside the step; 0
-            where every key is on the GPU or pinned, or decoded ahead by
-            the GPU decoder's queue, cut by one kernel, which a second
+            where every key is on the GPU or pinned, decoded ahead by the
+            GPU decoder's queue, or mapped and cut in graphs (their rows
+            copied on a CUDA stream of their own beside the step), cut by
+            one kernel, which a second
             stream's events would slow more than the overlap gains. Events order them: a batch handed out is ready
             on the caller's current stream, and nothing waits on the host.
         decoding: how keys stored as JPEG or PNG frames are decoded

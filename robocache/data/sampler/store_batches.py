@@ -132,8 +132,8 @@ class StoreBatches:
     def _prefetch(self, prefetch, on_gpu):
         """Batches made ahead on a side stream: as asked where the batches
         are cut on the GPU; by default only where a key's batch is made on
-        the host when asked for (read from the file, or decoded then),
-        whose copy then overlaps the step. Not where every key is on the
+        the host when asked for (read from the file outside a graph, or
+        decoded then), whose copy then overlaps the step. Not where every key is on the
         GPU or pinned, or decoded ahead by the GPU decoder's queue (from
         bytes wherever they lie): their cut is one kernel (a graph), and a
         side stream's events cost the host more than the overlap saves the
@@ -142,12 +142,27 @@ class StoreBatches:
             return 0
         if prefetch is None:
             decoded_ahead = self.reader.decoded_ahead(self.options.read_ahead)
+            graphed = self._mapped_in_graphs()
             made_on_host = any(
-                p.key not in decoded_ahead and (p.encoded or p.place not in ("cuda", "pinned"))
+                p.key not in decoded_ahead
+                and (p.encoded or p.place not in ("cuda", "pinned"))
+                and not (graphed and p.place == "mapped")
                 for p in self.plans
             )
             return 1 if made_on_host else 0
         return prefetch
+
+    def _mapped_in_graphs(self):
+        """Whether the mapped keys' batches are cut in CUDA graphs by
+        default, their rows copied beside the step (no side stream needed)."""
+        options = self.options
+        return (
+            options.cuda_graph is not False
+            and options.read_ahead >= 1
+            and self.reader.mapped_graphable
+            and self.augmentation is None
+            and COUNTS_REFERENCES
+        )
 
     def _graphs(self, options, on_gpu):
         """The sampler's BatchGraphs, or None (see WindowSampler's cuda_graph)."""
@@ -305,14 +320,18 @@ class StoreBatches:
                     cursor.load(anchors)
                     if decoded is not None:
                         decoded.tables.base.fill_(decoded.base)
+                static = None
                 if reader is not None and reader.mapped is not None:
                     # Batch i's rows, into the buffers its graph cuts them from.
-                    self.reader.static_rows().stage(reader.mapped.get(i))
-                if decoded is None:
-                    return rings[i]()
-                decoded.take(i)  # batch i's frames, ready on this stream
+                    static = self.reader.static_rows()
+                    static.stage(reader.mapped.get(i))
+                if decoded is not None:
+                    decoded.take(i)  # batch i's frames, ready on this stream
                 batch = rings[i]()
-                decoded.release(i)
+                if decoded is not None:
+                    decoded.release(i)
+                if static is not None:
+                    static.cut()
                 return batch
         else:
 

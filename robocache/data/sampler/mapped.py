@@ -250,9 +250,10 @@ class StaticRows:
 
     def stage(self, streams):
         caller = torch.cuda.current_stream(self.device)
+        device = torch.cuda.current_device()
         copy = self.copy_stream
         copy.wait_event(self.read)  # none recorded yet: no wait
-        torch.cuda.set_stream(copy)
+        torch.cuda.set_stream(copy)  # which makes its device current
         try:
             staged = set()
             for position, (values, times, offsets) in streams.items():
@@ -265,6 +266,8 @@ class StaticRows:
             self.copied.record(copy)
         finally:
             torch.cuda.set_stream(caller)
+            if torch.cuda.current_device() != device:
+                torch.cuda.set_device(device)
         caller.wait_event(self.copied)
 
     def cut(self):

@@ -2,6 +2,7 @@
 arrays, and episodes split at pauses."""
 
 import contextlib
+import re
 import warnings
 
 import numpy as np
@@ -39,12 +40,15 @@ def split_gap_ns(split_gap_s, where):
     return gap
 
 
-def skipping(episodes, skip_bad, what):
+def skipping(items, skip_bad, what, unit="episode", lost=()):
     """Yields the episodes of an iterator of (name, thunk) pairs; a thunk that
     raises LoaderError stops the load, or, with skip_bad, is skipped and
-    reported in one warning at the end."""
-    skipped = []
-    for name, make in episodes:
+    reported in one warning at the end. Where skip_bad leaves nothing to load
+    (every ``unit``, an episode or a file, skipped; ``lost``: the loader's
+    reports of what else it skipped, read once the items are), that is a
+    LoaderError listing each one skipped and why, not an empty store."""
+    skipped, kept = [], 0
+    for name, make in items:
         try:
             episode = make()
         except LoaderError as e:
@@ -52,7 +56,13 @@ def skipping(episodes, skip_bad, what):
                 raise
             skipped.append(f"{name}: {e}")
             continue
+        kept += 1
         yield episode
+    if not kept and (skipped or lost):
+        raise LoaderError(
+            f"{what}: skip_bad skipped every {unit}; nothing is left to load:\n  "
+            + "\n  ".join([*skipped, *lost])
+        )
     if skipped:
         warnings.warn(
             f"{what}: skipped {len(skipped)} bad episode(s):\n  " + "\n  ".join(skipped),
@@ -112,58 +122,80 @@ def split_log(streams, marks=(), gap=None):
 def log_episodes(paths, read, gap, skip_bad, what):
     """(path, episode) of log files, the episodes numbered across files:
     read(path) gives a file's streams (stack_streams) and its marks; each
-    file is split."""
+    file is split. With skip_bad, a file that fails a check is skipped whole."""
+    files = ((str(path), lambda p=path: (p, list(split_log(*read(p), gap=gap)))) for path in paths)
     index = 0
-    for path in paths:
-        thunk = [(str(path), lambda p=path: list(split_log(*read(p), gap=gap)))]
-        for episodes in skipping(thunk, skip_bad, what):
-            for episode in episodes:
-                episode["episode_index"] = index
-                index += 1
-                yield path, episode
+    for path, episodes in skipping(files, skip_bad, what, unit="file"):
+        for episode in episodes:
+            episode["episode_index"] = index
+            index += 1
+            yield path, episode
 
 
-def packed_store(where, episodes, in_hand=None, **options):
+_STORE_EPISODE = re.compile(r"(?:EpisodeStore(?:\.from_episodes)?: )?episode (\d+)(?:, |: )")
+
+
+def _about_the_episode(message, position):
+    """A store's message about the episode at ``position`` (its place among
+    those it was given) without the store's own name and number for it: the
+    loader names that episode in its own terms (its file, its place there)."""
+    match = _STORE_EPISODE.match(message)
+    if match is None or int(match.group(1)) != position:
+        return message
+    return message[match.end() :]
+
+
+def packed_store(where, episodes, place=None, **options):
     """``EpisodeStore.from_episodes(episodes, **options)``, with a ValueError
-    of the store's (a dtype or shape that differs between episodes, a frame
-    kept encoded that does not decode, an option it refuses) raised as a
-    LoaderError naming ``where`` and, where ``in_hand()`` names one, the
-    episode being packed."""
+    of the store's raised as a LoaderError: about the episode being packed (a
+    dtype or shape that differs from earlier episodes', a frame kept encoded
+    that does not decode), naming it as ``place(episode)`` does (``where``
+    with its file and its place there; default: ``where``); about all of them
+    once they are packed (none was given), naming ``where``. An option the
+    store refuses, before it asks for an episode, is the caller's ValueError."""
     from ..store import EpisodeStore
 
+    state = {"ended": False, "in_hand": None}
+
+    def packing():
+        for position, episode in enumerate(episodes):
+            state["in_hand"] = (position, episode)
+            yield episode  # from_episodes packs it before it asks for the next
+            state["in_hand"] = None
+        state["ended"] = True
+
     try:
-        return EpisodeStore.from_episodes(episodes, **options)
+        return EpisodeStore.from_episodes(packing(), **options)
     except LoaderError:
         raise
     except ValueError as e:
-        episode = in_hand() if in_hand is not None else None
-        here = where if episode is None else f"{where}, {episode}"
-        raise LoaderError(f"{here}: {e}") from e
+        if state["in_hand"] is not None:
+            position, episode = state["in_hand"]
+            here = where if place is None else place(episode)
+            raise LoaderError(f"{here}: {_about_the_episode(str(e), position)}") from e
+        if state["ended"]:
+            raise LoaderError(f"{where}: {e}") from e
+        raise
 
 
 def log_store(paths, read, gap, skip_bad, what, **options):
     """``EpisodeStore.from_episodes(..., **options)`` of the episodes of log
-    files (log_episodes). A ValueError while one of a file's episodes is
-    packed (a frame kept encoded that does not decode, a stream whose shape
-    differs from an earlier file's) is a LoaderError naming the file."""
-    from ..store import EpisodeStore
-
-    in_hand = [None]  # the file of the episode from_episodes is packing
+    files (log_episodes), through packed_store: a ValueError while one of a
+    file's episodes is packed (a frame kept encoded that does not decode, a
+    stream whose shape differs from an earlier file's) is a LoaderError
+    naming the file."""
+    files = {}  # episode_index -> its file, while the episode is in flight
 
     def episodes():
         for path, episode in log_episodes(paths, read, gap, skip_bad, what):
-            in_hand[0] = path
+            files[episode["episode_index"]] = path
             yield episode
-            in_hand[0] = None
+            files.pop(episode["episode_index"])
 
-    try:
-        return EpisodeStore.from_episodes(episodes(), **options)
-    except LoaderError:
-        raise
-    except ValueError as e:
-        if in_hand[0] is None:
-            raise
-        raise LoaderError(f"{what}({in_hand[0]}): {e}") from e
+    def place(episode):
+        return f"{what}({files[episode['episode_index']]})"
+
+    return packed_store(what, episodes(), place=place, **options)
 
 
 def as_paths(paths):

@@ -67,6 +67,23 @@ def decode_images(images, shape, where):
     return np.stack(frames) if frames else np.empty((0, *shape), dtype=np.uint8)
 
 
+def verify_frames(kept, where, item="frame"):
+    """Decodes each frame of ``kept`` (``EncodedFrames``) once on the host,
+    as ``from_episodes`` will: one that does not decode (or holds another
+    size or kind of pixels than the stream's) is a LoaderError, its message
+    ``where`` (a prefix, ending in ", " or ": ") and ``"<item> <i>: ..."``.
+    A loader does this with ``skip_bad``, so that such a frame skips its
+    episode: found inside ``from_episodes``, it could only stop the load."""
+    if not len(kept):
+        return
+    try:
+        probed, dtype = host_codec.probe(kept.images[0], kept.codec, f"{item} 0")
+        encoding = FrameEncoding(kept.codec, kept.shape or probed, dtype)
+        host_decoder.decode(kept.images, encoding, name=lambda i: f"{item} {i}")
+    except ValueError as e:
+        raise LoaderError(f"{where}{e}") from e
+
+
 class Compressed(NamedTuple):
     """One compressed image as a message carries it: its bytes, and its
     ``format`` field (None where the message has none)."""
@@ -116,10 +133,6 @@ def compressed_stream(values, key, frames, resize, where, verify=False):
         if dtype == torch.uint8:
             kept = EncodedFrames(images, codec, (*shape[:2], 3))
             if verify:
-                encoding = FrameEncoding(codec, kept.shape, torch.uint8)
-                try:
-                    host_decoder.decode(kept.images, encoding, name=lambda i: f"message {i}")
-                except ValueError as e:
-                    raise LoaderError(f"{where}: cannot decode the image: {e}") from e
+                verify_frames(kept, f"{where}: cannot decode the image: ", "message")
             return kept
     return [decode_image(v.data, where) if isinstance(v, Compressed) else v for v in values]

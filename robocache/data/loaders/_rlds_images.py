@@ -9,18 +9,22 @@ import torch
 from ..frames import EncodedFrames, FrameEncoding
 from ..frames.decoders import FrameDecoding, decoder_for
 from ._common import LoaderError
-from ._images import decode_images, encoded_codec
+from ._images import decode_images, encoded_codec, verify_frames
 
 
-def image_steps(blobs, shape, keeps, decode_on, here):
+def image_steps(blobs, shape, keeps, decode_on, here, verify=False):
     """An image feature's steps: ``EncodedFrames`` of ``blobs`` where they
-    are all of one codec and ``keeps(codec)``, else (n, *shape) uint8 frames
-    decoded on ``decode_on`` (None: the host)."""
+    are all of one codec and ``keeps(codec)`` (with ``verify``, each decoded
+    once here: see ``verify_frames``), else (n, *shape) uint8 frames decoded
+    on ``decode_on`` (None: the host)."""
     if blobs:
         _check_channels(blobs[0], shape, here)
     codec = encoded_codec(blobs)
     if codec is not None and keeps(codec):
-        return EncodedFrames(blobs, codec, shape)
+        kept = EncodedFrames(blobs, codec, shape)
+        if verify:
+            verify_frames(kept, f"{here}, ")
+        return kept
     return _decode_images(blobs, shape, decode_on, here)
 
 

@@ -51,6 +51,19 @@ def episode_metadata(feature, leaves, here):
     return out
 
 
+def episode_task(feature, leaves, here):
+    """An episode's task: its first step's ``language_instruction`` as a
+    str, or None where the record holds none (or features.json declares it
+    as numbers). Held to the rule of a per-step string: a record holding
+    numbers, or a string that is not UTF-8, is a LoaderError."""
+    language = feature.get("steps/language_instruction")
+    declared = leaves.get("language_instruction", ((), object, None))
+    if language is None or declared[1] is not object:
+        return None
+    texts = feature_values(language, object, f"{here}, key 'language_instruction'")
+    return _utf8(texts[0], f"{here}, key 'language_instruction'") if texts else ""
+
+
 def string_steps(blobs, shape, here):
     """A per-step string feature's steps: (its distinct strings, in the order
     they first appear, and (n, *shape) int64, each step's index into them)."""

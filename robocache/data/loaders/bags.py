@@ -109,7 +109,8 @@ def load_bag(
         progress: show a progress bar.
         skip_bad: skip files that fail a check (reported) instead of raising
             (frames kept encoded are then decoded once more, as the bag is
-            read, so that a corrupt one skips its bag).
+            read, so that a corrupt one skips its bag). Where every file is
+            skipped, a LoaderError lists them and why.
         device: build the store there (default: the host); each episode moves
             there as it is read, so host memory holds only episodes in flight.
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..frames import EncodedFrames
 from ._common import LoaderError, keeps_encoded, packed_store, reading, skipping
-from ._images import decode_images, encoded_codec
+from ._images import decode_images, encoded_codec, verify_frames
 from ._lerobot_tables import (
     BOOKKEEPING,
     column,
@@ -79,11 +79,12 @@ def _decode_segment(path, start, end, where):
     return frames, times
 
 
-def _image_frames(cells, shape, root, keeps, where):
+def _image_frames(cells, shape, root, keeps, where, verify=False):
     """The frames of an image feature from cells ``{"bytes", "path"}`` as the
     parquet holds them (PNG bytes, or a path under root): ``EncodedFrames``
     of the bytes where every cell holds bytes of one codec and
-    ``keeps(codec)``, else decoded to (n, H, W, C) uint8; ``shape`` is the
+    ``keeps(codec)`` (with ``verify``, each decoded once here: see
+    ``verify_frames``), else decoded to (n, H, W, C) uint8; ``shape`` is the
     feature's (H, W, C)."""
     if len(shape) != 3 or shape[-1] not in (1, 3, 4):
         raise LoaderError(f"{where}: an image feature's shape must be (H, W, 1|3|4); got {shape}")
@@ -97,7 +98,10 @@ def _image_frames(cells, shape, root, keeps, where):
     in_bytes = all(isinstance(image, bytes) for image in images)
     codec = encoded_codec(images) if in_bytes else None
     if codec is not None and keeps(codec):
-        return EncodedFrames(images, codec, shape)
+        kept = EncodedFrames(images, codec, shape)
+        if verify:
+            verify_frames(kept, f"{where}, ")
+        return kept
     return decode_images(images, shape, where)
 
 
@@ -169,8 +173,10 @@ def load_lerobot(
     parquet) decode with PIL to (n, H, W, C) uint8, unless ``frames`` keeps
     their PNG bytes as they are (those are decoded once by ``from_episodes``,
     for their statistics: one that does not decode is a LoaderError naming
-    the episode, key and frame, which ``skip_bad`` does not skip). Table
-    features keep LeRobot's names and shapes, on the ``timestamp`` clock.
+    the data file, episode, key and frame; with ``skip_bad`` they are
+    decoded once more, as the episode is read, so that such a frame skips
+    its episode). Table features keep LeRobot's names and shapes, on the
+    ``timestamp`` clock.
     Episodes load in ``episode_index`` order; tasks are the episode's first
     task.
 
@@ -224,6 +230,7 @@ def load_lerobot(
         raise LoaderError(f"{where}: no meta/episodes/chunk-*/file-*.parquet")
     episodes = episode_rows_of_meta(root, episode_files, keys, videos, info, where)
     data_cache = {}
+    data_files = {}  # episode_index -> its data file, for the errors of from_episodes
 
     def data_table(chunk, file):
         path = dataset_file(root, info, "data_path", where, chunk_index=chunk, file_index=file)
@@ -247,6 +254,7 @@ def load_lerobot(
             types = {"index": "int", "episode_index": "int", "frame_index": "int"}
             types.update({"timestamp": "number", **dict.fromkeys(table_keys, "any")})
             columns_as(table, types, name, here)
+            data_files[e] = name
             rows, times = episode_rows(table, row, f"{here}, {name}")
             for key in table_keys:
                 feature = features[key]
@@ -259,7 +267,8 @@ def load_lerobot(
                         _image_shape(feature),
                         root,
                         lambda codec, key=key: keeps_encoded(frames, resize, key, codec),
-                        f"{here}, key {key!r}",
+                        f"{where}, {name}, episode {e}, key {key!r}",
+                        skip_bad,
                     )
                     jobs[key] = (None, job, times)
                 else:
@@ -297,20 +306,18 @@ def load_lerobot(
         return finish
 
     pool = ThreadPoolExecutor(max_workers=max(1, threads))
-    in_hand = [None]  # the episode_index of the episode from_episodes is packing
 
-    def packing(episodes):
-        for episode in episodes:
-            in_hand[0] = episode["episode_index"]
-            yield episode  # from_episodes packs it before it asks for the next
-            in_hand[0] = None
+    def place(episode):
+        """How an error names an episode being packed: its data file too."""
+        e = episode["episode_index"]
+        return f"{where}, " + (f"{data_files[e]}, " if e in data_files else "") + f"episode {e}"
 
     try:
         items = _read_ahead(episodes, lambda r: start(r, pool), depth=max(1, threads))
         return packed_store(
             where,
-            packing(skipping(items, skip_bad, where)),
-            in_hand=lambda: None if in_hand[0] is None else f"episode {in_hand[0]}",
+            skipping(items, skip_bad, where),
+            place=place,
             fps=fps,
             progress=progress,
             total=len(episodes),

@@ -23,11 +23,16 @@ import warnings
 
 import numpy as np
 
-from ..store import EpisodeStore
-from ._common import LoaderError, frame_times, keeps_encoded, reading, skipping
+from ._common import LoaderError, frame_times, keeps_encoded, packed_store, reading, skipping
 from ._rlds_features import metadata_features, step_features
 from ._rlds_images import image_steps
-from ._rlds_meta import StringTables, episode_metadata, feature_values, string_steps
+from ._rlds_meta import (
+    StringTables,
+    episode_metadata,
+    episode_task,
+    feature_values,
+    string_steps,
+)
 from ._tfrecord import tfrecords
 
 __all__ = ["load_rlds"]
@@ -161,7 +166,9 @@ def load_rlds(
     The episodes keep TFDS's stored order: shard by shard (by the numbers
     in the shards' names), and in each shard the records in the order they
     were written. Streams are named by their path under ``steps/``. The task
-    is the first step's ``language_instruction`` where there is one.
+    is the first step's ``language_instruction`` where there is one: a
+    record holding numbers there, or a string that is not UTF-8, is a
+    LoaderError naming the shard, episode and key, as for the stream below.
 
     A per-step string feature named in ``keys`` (``language_instruction``,
     which may change within an episode) is an int64 stream of that name,
@@ -198,8 +205,10 @@ def load_rlds(
 
     Images kept encoded are decoded once by ``from_episodes`` (for their
     statistics): one that does not decode is a LoaderError naming the shard,
-    episode, key and frame, which ``skip_bad`` does not skip (the store is
-    being packed by then).
+    the episode in it, the key and the frame. With ``skip_bad`` they are
+    decoded once more, as the episode is read, so that such a frame skips
+    its episode. Where ``skip_bad`` leaves no episode to load, that is a
+    LoaderError listing what was skipped and lost, not an empty store.
     """
     from tfrecord import example_pb2
     from tfrecord.writer import TFRecordWriter
@@ -290,6 +299,7 @@ def load_rlds(
                         lambda codec, key=key: keeps_encoded(frames, resize, key, codec),
                         decode_on,
                         at,
+                        verify=skip_bad,
                     )
                 elif dtype is object:
                     strings[key], values = string_steps(feature_values(f, object, at), shape, at)
@@ -308,10 +318,9 @@ def load_rlds(
                         f"{here}, key {key!r}: {len(values)} steps, other features have {n}"
                     )
                 out[key] = (values, frame_times(len(values), fps, where))
-            language = feature.get("steps/language_instruction")
-            if language is not None:
-                texts = language.bytes_list.value
-                out["task"] = texts[0].decode("utf-8", "replace") if texts else ""
+            task = episode_task(feature, leaves, here)
+            if task is not None:
+                out["task"] = task
             out["length"] = n or 0
             return out, episode_metadata(feature, metadata_leaves, here), strings
 
@@ -322,44 +331,30 @@ def load_rlds(
             names.append(name)
             yield name, functools.partial(episode, name, raw, problem, i)
 
-    read, in_hand, ended = [], [None], []
     kept_metadata = {name: [] for name in metadata_leaves}  # in store order
     string_keys = [key for key in keys if leaves[key][1] is object and leaves[key][2] is None]
     string_tables = StringTables(string_keys)
 
     def episodes():
-        for e, metadata, strings in skipping(items(), skip_bad, where):
+        for e, metadata, strings in skipping(items(), skip_bad, where, lost=lost):
             for name, value in metadata.items():
                 kept_metadata[name].append(value)
             for key, distinct in strings.items():
                 local, times = e[key]
                 e[key] = (string_tables.indices(key, distinct, local), times)
-            read.append(e["episode_index"])
-            in_hand[0] = names[e["episode_index"]]
-            yield e  # from_episodes packs it before it asks for the next
-            in_hand[0] = None
-        ended.append(True)
+            yield e
 
-    try:
-        store = EpisodeStore.from_episodes(
-            episodes(),
-            fps=fps,
-            progress=progress,
-            device=device,
-            frames=frames,
-            jpeg_quality=jpeg_quality,
-            resize=resize,
-        )
-    except ValueError as e:
-        if isinstance(e, LoaderError):
-            raise
-        if in_hand[0] is not None:  # its values, e.g. a frame kept encoded that does not decode
-            raise LoaderError(f"{where}, {in_hand[0]}: {e}") from e
-        if ended and not read:  # with skip_bad, every episode may have been skipped
-            raise LoaderError(
-                f"{where}: no episode could be read" + "".join(f"\n  {x}" for x in lost)
-            ) from e
-        raise
+    store = packed_store(
+        where,
+        episodes(),
+        place=lambda e: f"{where}, {names[e['episode_index']]}",
+        fps=fps,
+        progress=progress,
+        device=device,
+        frames=frames,
+        jpeg_quality=jpeg_quality,
+        resize=resize,
+    )
     store.info["episodes_loaded"] = store.num_episodes
     store.info["episodes_expected"] = None if lengths is None else sum(lengths)
     if metadata_leaves:

@@ -54,12 +54,14 @@ def load_robomimic(
         path: the .hdf5 file.
         fps: the rate the demos were recorded at (robomimic stores none).
         keys: stream names to load, as paths in a demo group (``"actions"``,
-            ``"obs/robot0_joint_pos"``); default: every dataset of the first demo.
+            ``"obs/robot0_joint_pos"``); default: every dataset of every demo
+            loaded, which every demo must then hold.
         filter_key: load only the demos listed in ``mask/<filter_key>``.
         frames, jpeg_quality, resize: image streams kept raw, as JPEG or as
             PNG, and resized once, as ``EpisodeStore.from_episodes`` takes them.
         skip_bad: skip demos that fail a check (reported in a warning)
-            instead of raising.
+            instead of raising; where every demo is skipped, a LoaderError
+            lists them and why.
         device: build the store there (default: the host); each episode moves
             there as it is read, so host memory holds only episodes in flight.
 
@@ -67,6 +69,9 @@ def load_robomimic(
     ``demo_N``. Each demo is read whole, one at a time. The environment's
     description, ``data.attrs["env_args"]`` (JSON), is ``store.info["env_args"]``
     (a dict; the raw string where it is not JSON).
+
+    A demo without one of the keys (named, or held by another demo) is a
+    LoaderError naming the demo and the key; ``skip_bad`` skips it.
 
     Any h5py error (a truncated file, a damaged group, object header or
     chunk) is a LoaderError naming the file, the demo and the key; so is an
@@ -106,13 +111,25 @@ def load_robomimic(
             names = [n for n in names if n in wanted]
         if not names:
             raise LoaderError(f"{where}: no demos to load")
+        holder = {}  # key -> the first demo holding it, where keys is None
+        unreadable = {}  # with skip_bad: demo -> the error walking its group
         if keys is None:
-            with reading(where, f"the datasets of {names[0]}"):
-                keys = _datasets(data[names[0]], f"{where}, {names[0]}")
+            for name in names:
+                try:
+                    with reading(where, f"the datasets of {name}"):
+                        for key in _datasets(data[name], f"{where}, {name}"):
+                            holder.setdefault(key, name)
+                except LoaderError as e:
+                    if not skip_bad:
+                        raise
+                    unreadable[name] = e
+            keys = holder
         keys = list(keys)
 
         def demo(name):
             here = f"{where}, {name}"
+            if name in unreadable:
+                raise unreadable[name]
             with reading(here, "the group and its num_samples"):
                 group = data[name]
                 n = group.attrs.get("num_samples")
@@ -121,7 +138,8 @@ def load_robomimic(
             for key in keys:
                 with reading(here, f"key {key!r}"):
                     if key not in group:
-                        raise LoaderError(f"{here}: no key {key!r}")
+                        held = f" ({holder[key]} holds it)" if key in holder else ""
+                        raise LoaderError(f"{here}: no key {key!r}{held}")
                     dataset = group[key]
                     shape = dataset.shape
                 rows = shape[0] if shape else 0
@@ -145,6 +163,7 @@ def load_robomimic(
             episode["length"] = n
             return episode
 
+        demo_names = {_demo_number(n): n for n in names}
         episodes = skipping(((n, lambda n=n: demo(n)) for n in names), skip_bad, where)
         info = {}
         with reading(where, "data's env_args attribute"):
@@ -153,6 +172,7 @@ def load_robomimic(
         return packed_store(
             where,
             episodes,
+            place=lambda episode: f"{where}, {demo_names[episode['episode_index']]}",
             fps=fps,
             progress=progress,
             total=len(names),

@@ -2,6 +2,7 @@
 and a map of its keys onto the mixture's names. ``WindowSampler`` takes it
 in place of a store (sampler/mixture_batches.py draws its batches)."""
 
+import copy
 import math
 import numbers
 
@@ -16,11 +17,15 @@ class Mixture:
     Args:
         entries: a list of ``(store, weight)`` or ``(store, weight,
             key_map)``: ``key_map`` maps the store's key names onto the
-            mixture's (keys it leaves out keep their names).
+            mixture's (keys it leaves out keep their names). Weights are
+            finite numbers >= 0, one of them > 0; a store of weight 0 is
+            never drawn, so a sampler neither samples it nor checks it (it
+            may lack the keys asked for, or have no anchors).
         balance: scale each weight by the store's frame count (the samples
             of its largest stream), as Octo's ``balance_weights`` does.
         epoch_steps: the batches a sampler's epoch draws (default: the
-            stores' anchors over the batch size and the ranks, rounded up).
+            anchors of the stores of weight > 0 over the batch size and the
+            ranks, rounded up).
         fill: the value of a floating key's windows in a store that lacks
             the key, and of the widths a narrower store lacks (other keys:
             0).
@@ -44,9 +49,12 @@ class Mixture:
         if not isinstance(balance, bool):
             raise ValueError(f"{_WHERE}: balance must be True or False; got {balance!r}")
         if epoch_steps is not None and (
-            isinstance(epoch_steps, bool) or not isinstance(epoch_steps, int) or epoch_steps < 1
+            isinstance(epoch_steps, bool)
+            or not isinstance(epoch_steps, numbers.Integral)
+            or epoch_steps < 1
         ):
             raise ValueError(f"{_WHERE}: epoch_steps must be an int >= 1; got {epoch_steps!r}")
+        epoch_steps = None if epoch_steps is None else int(epoch_steps)
         if isinstance(fill, bool) or not isinstance(fill, numbers.Real):
             raise ValueError(f"{_WHERE}: fill must be a number; got {fill!r}")
         if pack not in (None, True, False):
@@ -79,15 +87,35 @@ class Mixture:
             weights.append(float(weight))
         self.balance = balance
         self.given_weights = weights
-        if balance:
-            weights = [w * _frames(s) for w, s in zip(weights, self.stores)]
-        total = sum(weights)
-        if total <= 0:
+        if max(weights) <= 0:
             raise ValueError(f"{_WHERE}: the weights sum to 0; at least one must be > 0")
-        self.weights = torch.tensor([w / total for w in weights], dtype=torch.float64)
+        if balance:
+            frames = [_frames(s) for s in self.stores]
+            weights = [w * f for w, f in zip(_normalised(weights), frames)]
+            if max(weights) <= 0:
+                raise ValueError(
+                    f"{_WHERE}: balance=True: every store of weight > 0 has no frames, so the "
+                    f"weights scaled by the frame counts {frames} sum to 0"
+                )
+        self.weights = torch.tensor(_normalised(weights), dtype=torch.float64)
 
     def __len__(self):
         return len(self.stores)
+
+    def drawn(self):
+        """(a Mixture of the stores of weight > 0, their numbers in this
+        one): this mixture itself where every weight is > 0. A store of
+        weight 0 is never drawn, so a sampler neither samples nor checks
+        it."""
+        kept = [i for i, w in enumerate(self.weights.tolist()) if w > 0]
+        if len(kept) == len(self.stores):
+            return self, kept
+        part = copy.copy(self)
+        part.stores = [self.stores[i] for i in kept]
+        part.key_maps = [self.key_maps[i] for i in kept]
+        part.given_weights = [self.given_weights[i] for i in kept]
+        part.weights = self.weights[kept]  # the same draws: the stores left out add 0
+        return part, kept
 
     def keys(self):
         """The mixture's key names, in order of first appearance."""
@@ -148,6 +176,17 @@ class Mixture:
                 f"{[self.key_maps[i].get(k, k) for k in store.keys()]}"
             )
         return "\n".join(lines)
+
+
+def _normalised(weights):
+    """``weights`` (finite, >= 0, one > 0) over their sum; where the sum
+    overflows (weights near the float range's top), scaled by the largest
+    first."""
+    if not math.isfinite(sum(weights)):
+        largest = max(weights)
+        weights = [w / largest for w in weights]
+    total = sum(weights)
+    return [w / total for w in weights]
 
 
 def _frames(store):

@@ -15,6 +15,7 @@ import torch
 
 NS_PER_S = 1_000_000_000
 _INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
 # The largest magnitude in seconds whose nanoseconds fit in int64.
 MAX_SECONDS = _INT64_MAX / NS_PER_S
 
@@ -90,6 +91,27 @@ def _coarse_seconds(times, what):
         f"{what}: times are {dtype} seconds, whose steps are {step * NS_PER_S:.3g} ns near "
         f"{largest:.6g} s (0.1 s in float32 is 100000001 ns); pass float64 seconds or int64 "
         "nanoseconds"
+    )
+
+
+def check_query_reach(deltas_ns, time_range, what):
+    """A ValueError where ``anchor time + delta`` leaves int64 nanoseconds
+    for some delta of ``deltas_ns`` and some anchor time in ``time_range``
+    ((first, last) ns, the store's; None: no samples). The queries would
+    wrap around and read the wrong end of the episode."""
+    if time_range is None or not deltas_ns:
+        return
+    first, last = time_range
+    lowest, highest = first + min(deltas_ns), last + max(deltas_ns)  # Python ints: exact
+    if _INT64_MIN <= lowest and highest <= _INT64_MAX:
+        return
+    delta = min(deltas_ns) if lowest < _INT64_MIN else max(deltas_ns)
+    reached = lowest if lowest < _INT64_MIN else highest
+    raise ValueError(
+        f"{what}: the delta {delta / NS_PER_S:.6g} s from the store's times, which run from "
+        f"{first} ns to {last} ns ({first / NS_PER_S:.6g} s to {last / NS_PER_S:.6g} s), "
+        f"reaches {reached} ns, outside int64 nanoseconds ({_INT64_MIN} to {_INT64_MAX}); "
+        "use smaller deltas, or times nearer zero"
     )
 
 

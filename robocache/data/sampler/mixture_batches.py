@@ -12,6 +12,7 @@ the host (splitting a batch between stores needs each store's count there).
 Both make the same draws from (seed, step, rank) (draws.py)."""
 
 import math
+import warnings
 from dataclasses import replace
 
 import torch
@@ -40,6 +41,31 @@ def _translate(per_key, mixture, i):
     return out
 
 
+def _anchors(mixture, anchor, numbers, keys):
+    """Each store's anchor stream (None: its default) for the anchor asked,
+    a name in the mixture's: an error where no store has it, a warning
+    naming the stores that lack it, which anchor on their default."""
+    if anchor is None:
+        return [None] * len(mixture.stores)
+    if not isinstance(anchor, str):
+        raise TypeError(f"{_WHERE}: anchor must be a key name (a str); got {anchor!r}")
+    own = [mixture.store_key(i, anchor) for i in range(len(mixture.stores))]
+    lacking = [numbers[i] for i, name in enumerate(own) if name is None]
+    if len(lacking) == len(own):
+        raise ValueError(
+            f"{_WHERE}: anchor {anchor!r} is no key of the mixture's stores of weight > 0 "
+            f"(the mixture's keys: {keys})"
+        )
+    if lacking:
+        warnings.warn(
+            f"{_WHERE}: anchor {anchor!r}: the mixture's stores {lacking} lack it, and anchor "
+            "on their own default stream (the key with the most samples); map a key of theirs "
+            "onto that name (Mixture's key_map) to anchor them on it",
+            stacklevel=4,
+        )
+    return own
+
+
 class MixtureBatches:
     """Batches of a ``Mixture`` (see WindowSampler; the mixture's own options
     are on ``Mixture``). ``len()`` is ``epoch_steps``."""
@@ -58,38 +84,52 @@ class MixtureBatches:
                 f"{_WHERE}: a mixture's batches are drawn at random, step by step: shuffle=False "
                 "and drop_last=True do not apply"
             )
+        # Stores of weight 0 are never drawn: the samplers are of the others,
+        # numbered here as in the mixture (``dataset_index``, ``draws``).
+        whole, (mixture, drawn) = mixture, mixture.drawn()
+        self.store_numbers = torch.tensor(drawn) if len(drawn) < len(whole) else None
+        only_undrawn = sorted(set(delta_timestamps) - set(mixture.keys()))
+        if only_undrawn:
+            raise ValueError(
+                f"{_WHERE}: delta_timestamps names {only_undrawn}, which only stores of weight 0 "
+                "have, and those are never drawn"
+            )
+        anchors = _anchors(mixture, options.anchor, drawn, whole.keys())
         self.mixture, self.keys = mixture, list(delta_timestamps)
         self.batch_size, self.seed = options.batch_size, options.seed
         self.fill = mixture.fill
-        self.samplers, self.task_offsets, tasks = [], [], []
+        self.samplers, self.task_offsets = [], []
+        task_offsets, tasks = [], []  # in the whole mixture, as batches number tasks
+        for store in whole.stores:
+            task_offsets.append(len(tasks))
+            tasks.extend(store.tasks)
         for i, store in enumerate(mixture.stores):
             own = {mixture.store_key(i, k): d for k, d in delta_timestamps.items()}
             own.pop(None, None)
             if not own:
                 raise ValueError(
-                    f"{_WHERE}: the mixture's store {i} has none of the keys asked for"
+                    f"{_WHERE}: the mixture's store {drawn[i]} has none of the keys asked for "
+                    "(give it weight 0, and it is never drawn)"
                 )
             translated = {
                 name: _translate(value, mixture, i)
                 for name, value in options.__dict__.items()
                 if isinstance(value, dict)
             }
-            anchor = options.anchor
             per_store = replace(
                 options,
                 **translated,
-                anchor=mixture.store_key(i, anchor) if anchor is not None else None,
+                anchor=anchors[i],
                 prefetch=0,
                 # a part's size changes every batch
                 cuda_graph=False if options.cuda_graph is None else options.cuda_graph,
             )
             try:
-                sampler = StoreBatches(store, own, per_store, salt=f"store {i}")
+                sampler = StoreBatches(store, own, per_store, salt=f"store {drawn[i]}")
             except (ValueError, TypeError) as e:
-                raise type(e)(f"{e} (the mixture's store {i})") from None
+                raise type(e)(f"{e} (the mixture's store {drawn[i]})") from None
             self.samplers.append(sampler)
-            self.task_offsets.append(len(tasks))
-            tasks.extend(store.tasks)
+            self.task_offsets.append(task_offsets[drawn[i]])
         self.tasks = tasks
         self.rank, self.world_size = self.samplers[0].rank, self.samplers[0].world_size
         self.device = self.samplers[0].device
@@ -193,15 +233,26 @@ class MixtureBatches:
     def draws(self, step):
         """(store of each window (B,), anchor position of each window within
         its store's anchors (B,)), fixed by (seed, step, rank), on the host."""
+        store, within = self.sampler_draws(step)
+        return self.in_mixture(store), within
+
+    def sampler_draws(self, step):
+        """``draws``, each window's store given by its place in ``samplers``."""
         draws = self._host_draws
         store, position = draws(step_base(self.seed, step, self.rank), self.batch_size)
         return store, position - draws.starts[store]
+
+    def in_mixture(self, stores):
+        """Places in ``samplers`` as the stores' numbers in the mixture."""
+        if self.store_numbers is None:
+            return stores
+        return self.store_numbers.to(stores.device)[stores]
 
     def batch_at_step(self, step):
         """The batch of global step ``step``."""
         if self.packed is not None:
             return self.packed.batch_at_step(step)
-        stores, within = self.draws(step)
+        stores, within = self.sampler_draws(step)
         batch = self._empty(stores)
         for i, sampler in enumerate(self.samplers):
             where = (stores == i).nonzero().view(-1)
@@ -227,7 +278,7 @@ class MixtureBatches:
             batch[f"{key}_is_pad"] = torch.ones(shape[:2], dtype=torch.bool, device=device)
             if ragged:
                 batch[f"{key}_mask"] = torch.zeros((B, widest[0]), dtype=torch.bool, device=device)
-        batch["dataset_index"] = stores.to(device, non_blocking=True)
+        batch["dataset_index"] = self.in_mixture(stores).to(device, non_blocking=True)
         return batch
 
     def _scatter(self, batch, part, i, where):

@@ -30,8 +30,9 @@ def resolve_ranks(rank, world_size, store):
         else:
             rank, world_size = 0, 1
     for name, value in (("rank", rank), ("world_size", world_size)):
-        if not isinstance(value, int) or isinstance(value, bool):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
             raise ValueError(f"{_WHERE}: {name} must be an int; got {value!r}")
+    rank, world_size = int(rank), int(world_size)
     if not 0 <= rank < world_size:
         raise ValueError(f"{_WHERE}: rank must be in [0, {world_size}); got {rank}")
     shard = store.shard
@@ -124,22 +125,37 @@ def epoch_order(anchors, n, rank, world_size, sharded, generator):
 
 def anchor_index(index, device):
     """``batch_at``'s index as an int64 tensor on the store's device: integer
-    rows only (no floats, no bools, which torch would read as 0/1 rows)."""
+    rows only (no floats, no bools, which torch would read as 0/1 rows), in
+    one dimension (a nested list or a matrix is not a batch of rows)."""
     if torch.is_tensor(index):
         if index.dtype == torch.bool or index.is_floating_point() or index.is_complex():
             raise TypeError(
                 f"{_WHERE}.batch_at: index must hold integer rows; got a {index.dtype} tensor"
             )
+        _check_rows_shape(tuple(index.shape))
         return index.to(device=device, dtype=torch.int64).reshape(-1)
     import numpy as np
 
-    array = np.asarray(index)
+    try:
+        array = np.asarray(index)
+    except ValueError as e:  # ragged nesting
+        raise ValueError(
+            f"{_WHERE}.batch_at: index must be a (B,) sequence of rows; got {index!r} ({e})"
+        ) from None
     if array.dtype.kind not in "iu" and not (array.size == 0 and array.dtype.kind == "f"):
         raise TypeError(
             f"{_WHERE}.batch_at: index must hold integer rows; got {array.dtype} values "
             f"{array.reshape(-1)[:4].tolist()}"
         )
+    _check_rows_shape(array.shape)
     return torch.as_tensor(array.astype(np.int64).reshape(-1), device=device)
+
+
+def _check_rows_shape(shape):
+    if len(shape) > 1:
+        raise ValueError(
+            f"{_WHERE}.batch_at: index must be (B,) rows, one dimension; got shape {shape}"
+        )
 
 
 def default_anchor(store):

@@ -105,7 +105,8 @@ class PackedMixture:
                 [s.episodes["task_index"] + off for s, off in zip(stores, outer.task_offsets)]
             ),
         }
-        store = EpisodeStore(streams, episodes, outer.tasks)
+        # The stores' times were checked where each was made.
+        store = EpisodeStore(streams, episodes, outer.tasks, check=False)
         inner = replace(
             options, normalize=None, anchor=ANCHOR, prefetch=0, cuda_graph=False, shuffle=True
         )
@@ -123,6 +124,9 @@ class PackedMixture:
             torch.arange(len(counts), device=device), torch.tensor(counts, device=device)
         )
         self._rows = torch.stack([rows, rows - row_bases[store_of]])
+        # Each packed store's number in the mixture (those of weight 0 left out).
+        numbers = outer.store_numbers
+        self._store_numbers = None if numbers is None else numbers.to(device)
         self.outer = outer
         self._base = torch.zeros(1, dtype=torch.int64, device=device)
         graphs = device.type == "cuda" and self.sampler.augmentation is None and COUNTS_REFERENCES
@@ -223,10 +227,11 @@ class PackedMixture:
         rows, index = self._rows.index_select(1, position)  # one gather for both
         parts = None
         if self.sampler.augmentation is not None:  # each store's windows as its own draws them
-            host = self.outer.draws(step)[0]
+            host = self.outer.sampler_draws(step)[0]
+            numbers = self.outer.in_mixture(torch.arange(len(self.outer.samplers))).tolist()
             parts = [
-                (f"store {i}", (host == i).nonzero().view(-1))
-                for i in range(len(self.outer.samplers))
+                (f"store {number}", (host == i).nonzero().view(-1))
+                for i, number in enumerate(numbers)
             ]
         batch = self.sampler.batch(rows, step=step, parts=parts)
         for key, t in self.tables.items():
@@ -246,7 +251,8 @@ class PackedMixture:
             if t["mask"] is not None:
                 batch[f"{key}_mask"] = t["mask"][store]
         batch["index"] = index
-        batch["dataset_index"] = store
+        numbers = self._store_numbers
+        batch["dataset_index"] = store if numbers is None else numbers[store]
         return batch
 
 

@@ -10,13 +10,15 @@ import torch
 
 from ..._ops import WINDOW_MODES
 from ..frames import FrameDecoding
-from ..time import seconds_to_ns
+from ..time import check_query_reach, seconds_to_ns
 
 NORMALIZE = ("mean_std", "min_max")
 IMAGE_FORMS = ("uint8", "float", "float_chw")
 # The channel counts of an image's channel axis.
 _CHANNELS = (1, 3, 4)
 _WHERE = "WindowSampler"
+# The options that are integers (or None), whatever their integer type.
+_INTEGERS = ("drop_n_last_frames", "prefetch", "read_ahead", "graph_buffers", "rank", "world_size")
 
 
 @dataclass
@@ -86,7 +88,11 @@ class Options:
 
 
 def check_options(**given):
-    """``Options`` of the arguments given, each checked on its own."""
+    """``Options`` of the arguments given, each checked on its own. Integer
+    arguments take any integer type (``numpy.int64`` too), never bool."""
+    for name in _INTEGERS:
+        if name in given:
+            given[name] = _as_int(given[name])
     options = Options(**given)
     for name in ("drop_last", "shuffle", "key_age"):
         value = getattr(options, name)
@@ -169,6 +175,7 @@ def plan_keys(store, delta_timestamps, options, device):
     placement = store.placement
     for key in delta_timestamps:
         store[key]  # a key the store lacks: its KeyError names the store's keys
+    reach = store.time_range()  # anchor time + delta must stay within int64 ns
     return [
         plan_key(
             store,
@@ -181,13 +188,18 @@ def plan_keys(store, delta_timestamps, options, device):
             image_form_of(options.images, key),
             device,
             placement[key],
+            reach,
         )
         for key, deltas in delta_timestamps.items()
     ]
 
 
-def plan_key(store, key, deltas, mode, interval, tolerance, normalize, image_form, device, place):
-    """One key's KeyPlan (see WindowSampler's arguments)."""
+def plan_key(
+    store, key, deltas, mode, interval, tolerance, normalize, image_form, device, place, reach=None
+):
+    """One key's KeyPlan (see WindowSampler's arguments); ``reach``: the
+    store's ``time_range()``, which every anchor time + delta must keep
+    within int64 nanoseconds."""
     stream = store[key]
     what = f"{_WHERE}: delta_timestamps[{key!r}]"
     if torch.is_tensor(deltas):
@@ -202,6 +214,7 @@ def plan_key(store, key, deltas, mode, interval, tolerance, normalize, image_for
     if not deltas:
         raise ValueError(f"{what} is empty")
     deltas_ns = [seconds_to_ns(d, f"{what}[{i}]") for i, d in enumerate(deltas)]
+    check_query_reach(deltas_ns, reach, what)
     if not isinstance(mode, str) or mode not in WINDOW_MODES:
         raise ValueError(
             f"{_WHERE}: modes[{key!r}] must be one of {', '.join(map(repr, WINDOW_MODES))}; "
@@ -273,7 +286,8 @@ def _plan_image(plan, shape, dtype, form):
     # (H, W) grey frames, and (H, W, C) or (C, H, W) frames in either layout.
     plan.to_float = dtype == torch.uint8
     if form == "float_chw" and len(shape) == 3:
-        plan.to_chw = image_layout(plan.key, shape) == "hwc"
+        # Encoded frames decode as (H, W, C), as their encoding records.
+        plan.to_chw = plan.encoded or image_layout(plan.key, shape) == "hwc"
 
 
 def normalizer(key, stream, how):
@@ -326,6 +340,14 @@ def masked_to(how, stream):
         shape = stream.sample_shape
         return (how[0], list(how[1])[: shape[-1] if shape else 1])
     return how
+
+
+def _as_int(value):
+    """An integer of any type as an int; anything else (bool too) as given,
+    for its own check to refuse by name."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    return value
 
 
 def positive_int(x, what):

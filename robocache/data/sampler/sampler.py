@@ -48,7 +48,10 @@ class WindowSampler:
         edge_tolerance_s: a query this close outside an episode's samples is
             not padding (LeRobot's 1e-4 s by default).
         anchor: the key whose frames are the anchors (default: the key with
-            the most samples; ties go to the first key).
+            the most samples; ties go to the first key). In a mixture, a
+            name in the mixture's: a store that lacks it anchors on its own
+            default (with a warning naming those stores); a name no store
+            drawn has is an error.
         batch_size, shuffle, seed, drop_last: an epoch visits each anchor
             once, in a permutation drawn on the device from (seed, epoch).
         drop_n_last_frames: anchors exclude each episode's last n frames.
@@ -146,7 +149,10 @@ class WindowSampler:
 
     A sampler draws its batches on the device in the calling process: iterate
     it directly, not inside a DataLoader's workers (each worker would draw
-    every batch; it raises there).
+    every batch; it raises there), and not through a DataLoader's indexing
+    (it is no map-style dataset; indexing it raises). A copy (``copy``,
+    ``pickle``) is a sampler made again from the same arguments, at the same
+    epoch.
     """
 
     def __init__(
@@ -177,6 +183,8 @@ class WindowSampler:
         decoding=None,
         augment=None,
     ):
+        # What a copy or an unpickled sampler is made again from (__reduce__).
+        self._arguments = {name: value for name, value in locals().items() if name != "self"}
         options = plan.check_options(
             modes=modes,
             interval_s=interval_s,
@@ -236,7 +244,8 @@ class WindowSampler:
 
     @property
     def num_anchors(self):
-        """Anchor frames of the store, or of every store of the mixture."""
+        """Anchor frames of the store, or of every store of the mixture of
+        weight > 0 (those of weight 0 are never drawn)."""
         if self.mixture is not None:
             return sum(s.num_anchors for s in self._batches.samplers)
         return self._batches.num_anchors
@@ -289,6 +298,15 @@ class WindowSampler:
             )
         return text + ")"
 
+    # -- copies ----------------------------------------------------------------------
+
+    def __reduce__(self):
+        """A copy, deep or shallow, or an unpickled sampler is made again
+        from the arguments (its store or mixture copied, or shared by a
+        shallow copy), at the same epoch: the device state (CUDA graphs,
+        streams, threads, file reads) is never copied."""
+        return _remade, (self._arguments, self.epoch)
+
     # -- epochs --------------------------------------------------------------------
 
     def set_epoch(self, epoch):
@@ -312,6 +330,16 @@ class WindowSampler:
                 "each batch on the device (docs/data.md, 'WindowSampler')"
             )
         yield from self._batches.epoch(self.epoch)
+
+    def __getitem__(self, index):
+        """Not a map-style dataset: a DataLoader that indexes the sampler gets
+        this error, which says what to do instead."""
+        raise TypeError(
+            f"{_WHERE} is not indexed by a DataLoader: it draws whole batches on the device. "
+            "Iterate the sampler itself in the training loop (for batch in sampler: ...), with "
+            "no DataLoader around it (docs/data.md, 'WindowSampler'); for one batch, use "
+            "batch_at(index) (a store's) or batch_at_step(step) (a mixture's)"
+        )
 
     # -- one batch -------------------------------------------------------------------
 
@@ -342,3 +370,10 @@ class WindowSampler:
         if self.mixture is None:
             raise TypeError(f"{_WHERE}.draws: a store's sampler draws no stores")
         return self._batches.draws(step)
+
+
+def _remade(arguments, epoch):
+    """A sampler made from ``arguments`` (the constructor's), at ``epoch``."""
+    sampler = WindowSampler(**arguments)
+    sampler.set_epoch(epoch)
+    return sampler

@@ -113,6 +113,10 @@ class Builder:
                 raise TypeError(
                     f"EpisodeStore: episode {e}: {name} must be an int >= 0; got {value!r}"
                 )
+            if value > 2**63 - 1:  # kept as int64
+                raise ValueError(
+                    f"EpisodeStore: episode {e}: {name} must be in [0, 2**63 - 1]; got {value}"
+                )
         self.episode_index.append(int(index))
         self.lengths.append(int(length))
         self.task_index.append(self.tasks.setdefault(task, len(self.tasks)))
@@ -177,6 +181,7 @@ class Builder:
         tables, and the task strings."""
         if not self.lengths:
             raise ValueError("EpisodeStore.from_episodes: no episodes were given")
+        self.frames.check_keys(self.chunks)
         if self.coarse_times:  # said once, not once an episode
             keys = list(self.coarse_times)
             others = f" (also streams {keys[1:]})" if len(keys) > 1 else ""

@@ -81,6 +81,7 @@ def write(directory, streams, episodes, tasks, fps, info):
         "info": meta_info,
         "encodings": json.dumps(encodings),
     }
+    tensors = _unshared(tensors)
     checksums = {
         name: tensor_crc32(t) for name, t in tensors.items() if not name.endswith("/values")
     }
@@ -89,6 +90,23 @@ def write(directory, streams, episodes, tasks, fps, info):
     path = os.path.join(directory, FILE)
     save_file(tensors, path + ".tmp", metadata=meta)
     os.replace(path + ".tmp", path)
+
+
+def _unshared(tensors):
+    """``tensors`` with each tensor whose bytes overlap an earlier one's (two
+    keys of one tensor) copied: safetensors writes each tensor's bytes once
+    and refuses tensors that share them."""
+    taken, out = {}, {}  # storage -> the byte ranges of it already written
+    for name, t in tensors.items():
+        start = t.data_ptr()
+        end = start + max(1, t.numel() * t.element_size())  # an empty one counts as a byte
+        ranges = taken.setdefault(t.untyped_storage().data_ptr(), [])
+        if any(start < b and a < end for a, b in ranges):
+            t = t.clone()
+        else:
+            ranges.append((start, end))
+        out[name] = t
+    return out
 
 
 def open_file(directory):

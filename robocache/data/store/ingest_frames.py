@@ -15,6 +15,7 @@ from ..frames import FRAME_FORMS, EncodedFrames, FrameEncoding, check_size, code
 from ..frames import codec as host_codec
 from ..frames.decoders import host as host_decoder
 from ..frames.encoding import pack_images
+from ..frames.resize import resizes
 
 _WHERE = "EpisodeStore.from_episodes"
 
@@ -45,6 +46,17 @@ class FrameOptions:
             raise ValueError(f"{_WHERE}: verify must be True or False; got {verify!r}")
         return cls(frames, quality, check_size(size, _WHERE), verify)
 
+    def check_keys(self, keys):
+        """A ValueError where ``frames`` (a dict) names a key no episode had."""
+        if not isinstance(self.frames, dict):
+            return
+        unknown = [k for k in self.frames if k not in keys]
+        if unknown:
+            raise ValueError(
+                f"{_WHERE}: frames names {unknown}, which no episode has; the streams are "
+                f"{list(keys)}"
+            )
+
     def form(self, key):
         if isinstance(self.frames, dict):
             return self.frames.get(key, "raw")
@@ -74,7 +86,7 @@ def prepare(key, values, where, options):
             f"{tuple(values.shape[1:])} {values.dtype}, not frames an image codec holds "
             "((H, W, C) uint8 with C of 1, 3 or 4, or (H, W, 1) uint16 depth)"
         )
-    if options.size is not None and codec_for("png", tuple(values.shape[1:]), values.dtype):
+    if options.size is not None and resizes(values.shape[1:], values.dtype, f"{_WHERE}: {where}"):
         values = resize(values, options.size)
     if codec is None:
         return values

@@ -54,6 +54,11 @@ def resolve(placement, streams, current, mappable, budget=None):
     plan = dict(current)
     claimed = set()
     for pattern, place in placement.items():
+        if not isinstance(pattern, str):
+            raise TypeError(
+                f"{_WHERE}: placement's keys are key patterns (str, fnmatch); got {pattern!r} "
+                f"({type(pattern).__name__}); the keys are {keys}"
+            )
         if place not in PLACES:
             raise ValueError(
                 f"{_WHERE}: placement[{pattern!r}] must be one of {PLACES}; got {place!r}"

@@ -43,7 +43,13 @@ class EpisodeStore:
             (``rows.MappedRows``), for reads ahead of the sampler.
     """
 
-    def __init__(self, streams, episodes, tasks, fps=None, shard=None, info=None, mapped=()):
+    def __init__(
+        self, streams, episodes, tasks, fps=None, shard=None, info=None, mapped=(), *, check=True
+    ):
+        """The store of ``streams`` (key -> PackedStream) and the ``episodes``
+        tables; ``check``: check that each stream's times rise within each
+        episode (one pass over the times; off where they were checked as
+        they came in)."""
         if not streams:
             raise ValueError("EpisodeStore: a store needs at least one stream")
         self.streams = dict(streams)
@@ -62,6 +68,8 @@ class EpisodeStore:
                     f"EpisodeStore: stream {key!r} has offsets of shape {tuple(s.offsets.shape)}; "
                     f"expected ({E + 1},) for {E} episodes"
                 )
+        if check:
+            check_sorted_times(self.streams, "EpisodeStore", error=ValueError)
 
     @classmethod
     def from_episodes(
@@ -136,7 +144,7 @@ class EpisodeStore:
             warn_if_spacing_contradicts_fps(streams, fps)
         for q in quantiles:
             add_quantile(streams, float(q))
-        return cls(streams, rows, tasks, fps, info=info)
+        return cls(streams, rows, tasks, fps, info=info, check=False)  # checked as they came
 
     # -- what it holds -----------------------------------------------------------
 
@@ -164,6 +172,18 @@ class EpisodeStore:
 
     def keys(self):
         return self.streams.keys()
+
+    def time_range(self):
+        """(first, last): the earliest and latest sample time of any stream,
+        in ns, or None for a store with no samples (one pass over the times,
+        and one host read)."""
+        ends = [
+            torch.stack(s.times.aminmax()).cpu() for s in self.streams.values() if s.times.numel()
+        ]
+        if not ends:
+            return None
+        ends = torch.stack(ends)
+        return int(ends[:, 0].min()), int(ends[:, 1].max())
 
     def __getitem__(self, key):
         try:
@@ -214,7 +234,14 @@ class EpisodeStore:
     def _map(self, fn):
         streams = {k: s.map(fn) for k, s in self.streams.items()}
         episodes = {k: fn(v) for k, v in self.episodes.items()}
-        return EpisodeStore(streams, episodes, self.tasks, self.fps, self.shard, self.info)
+        return self._derived(streams, episodes, self.shard)
+
+    def _derived(self, streams, episodes, shard, mapped=()):
+        """A store of this one's tasks, fps and info over tensors of its own
+        (times already checked)."""
+        return EpisodeStore(
+            streams, episodes, self.tasks, self.fps, shard, self.info, mapped=mapped, check=False
+        )
 
     def place(self, placement, *, budget=None):
         """The store with each key where ``placement`` says (a new store;
@@ -247,9 +274,7 @@ class EpisodeStore:
         index_device = torch.device("cuda") if on_gpu else torch.device("cpu")
         episodes = {k: v.to(index_device) for k, v in self.episodes.items()}
         mapped = {k: self.mapped_rows[k] for k, p in plan.items() if p == "mapped"}
-        return EpisodeStore(
-            streams, episodes, self.tasks, self.fps, self.shard, self.info, mapped=mapped
-        )
+        return self._derived(streams, episodes, self.shard, mapped)
 
     def take_shard(self, rank, world_size):
         """Rank ``rank``'s episodes of ``world_size`` ranks: contiguous, about
@@ -266,9 +291,7 @@ class EpisodeStore:
             if stream.encoding is not None:  # rows of the file are the frames' bytes
                 offsets = stream.byte_offsets[offsets]
             mapped[key] = rows and rows.part(int(offsets[first]), int(offsets[end]))
-        return EpisodeStore(
-            streams, episodes, self.tasks, self.fps, shard=shard, info=self.info, mapped=mapped
-        )
+        return self._derived(streams, episodes, shard, mapped)
 
     def save(self, directory):
         """Writes ``directory/store.safetensors`` (a new file renamed into
@@ -328,7 +351,7 @@ class EpisodeStore:
         file = store_format.open_file(directory)
         streams, episodes, tasks, fps, info = store_format.read(file, verify, shard)
         mapped = store_format.mapped_rows(file, list(streams))
-        store = cls(streams, episodes, tasks, fps, info=info, mapped=mapped)
+        store = cls(streams, episodes, tasks, fps, info=info, mapped=mapped, check=False)
         if shard is not None:
             store = store.take_shard(*shard)
         if not mmap:

@@ -107,9 +107,10 @@ def _ends(offsets):
     return values if len(values) <= 8 else values[:4] + ["..."] + values[-3:]
 
 
-def check_sorted_times(streams, where):
+def check_sorted_times(streams, where, error=LoaderError):
     """Times non-decreasing within each episode: one pass a stream, on the
-    stream's device (a host read of one flag)."""
+    stream's device (a host read of one flag). ``error``: the exception
+    raised (a LoaderError for a file, a ValueError for tensors handed in)."""
     for key, s in streams.items():
         gaps = s.times.diff()
         if gaps.numel() == 0:
@@ -121,7 +122,7 @@ def check_sorted_times(streams, where):
         if bool(backwards.any()):
             row = int(backwards.nonzero()[0, 0]) + 1
             episode = int(torch.searchsorted(s.offsets[1:].cpu(), row, right=True))
-            raise LoaderError(
+            raise error(
                 f"{where}, stream {key!r}: times must be non-decreasing within an episode; "
                 f"row {row} (episode {episode}) is {int(s.times[row])} ns, after "
                 f"{int(s.times[row - 1])} ns"

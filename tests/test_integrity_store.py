@@ -51,7 +51,8 @@ def test_random_bit_flips_raise_or_load_identical(saved, tmp_path):
     caught = 0
     for copy, name, byte, bit in flipped_copies(str(folder), 40, seed=6, dest=str(tmp_path)):
         try:
-            loaded = EpisodeStore.load(copy)
+            # Values are checked as they are first read: here, all at once.
+            loaded = EpisodeStore.load(copy).place("cpu")
         except LoaderError as e:
             assert "store.safetensors" in str(e), str(e)
             caught += 1
@@ -74,13 +75,25 @@ def test_a_flipped_frame_names_its_episode(saved):
         t["streams/1/values"][15, 0, 0, 0] ^= 1
 
     rewrite(path, flip)
-    with pytest.raises(LoaderError, match=r"streams/1/values, episode 3 \(rows 14:17\)"):
-        EpisodeStore.load(folder)
-    # A shard verifies only its own episodes' values: rank 0 of 2 holds
-    # episodes 0 to 2 here, and loads; rank 1 holds episode 3, and raises.
-    assert EpisodeStore.load(folder, shard=(0, 2)).num_episodes == 3
+    named = r"store.safetensors: stream 'cam': streams/1/values, episode 3 \(rows 14:17\) does not"
+    mapped = EpisodeStore.load(folder)  # the index alone is read: values wait for their reads
+    for read in (
+        lambda: EpisodeStore.load(folder, mmap=False),
+        lambda: EpisodeStore.load(folder, placement="cpu"),
+        lambda: mapped.place({"cam": "cpu"}),
+        lambda: mapped.mapped_rows["cam"].read(torch.tensor([15])),
+    ):
+        with pytest.raises(LoaderError, match=named):
+            read()
+    # Episodes the reads never reach are never checked: the other key, the
+    # other episodes' rows, and a shard of other episodes.
+    assert mapped.place({"action": "cpu"}).placement["action"] == "cpu"
+    assert mapped.mapped_rows["cam"].read(torch.tensor([0, 13])).shape == (2, 4, 5, 3)
+    assert EpisodeStore.load(folder, shard=(0, 2)).place("cpu").num_episodes == 3
     with pytest.raises(LoaderError, match=r"episode 3"):
-        EpisodeStore.load(folder, shard=(1, 2))
+        EpisodeStore.load(folder, shard=(1, 2)).place("cpu")
+    # Without verify, nothing is checked.
+    assert EpisodeStore.load(folder, verify=False, mmap=False)["cam"].values[15, 0, 0, 0] >= 0
 
 
 def test_structure_is_checked_without_checksums(saved):

@@ -9,6 +9,7 @@ TORCH_LIBRARY_FRAGMENT(robocache, m) {
   m.class_<RowReader>("RowReader")
       .def(torch::init<int64_t>())
       .def("submit", &RowReader::submit)
+      .def("submit_checks", &RowReader::submit_checks)
       .def("wait", &RowReader::wait)
       .def("read", &RowReader::read)
       .def("close", &RowReader::close)

@@ -1,5 +1,7 @@
 #include "row_reader.h"
 
+#include "crc32.h"
+
 #include <robocache/error.h>
 #include <unistd.h>
 
@@ -84,6 +86,29 @@ void add_pieces(std::vector<Piece>& pieces, const int64_t* rows, int64_t count, 
   }
 }
 
+// One extent of a check: `bytes` at `file_offset`, whose CRC-32 must be `crc`.
+struct Extent {
+  int64_t file_offset;
+  int64_t bytes;
+  uint32_t crc;
+};
+
+// Whether an extent's bytes have its CRC-32 (read a piece at a time into
+// `scratch`): 0, 1 where they differ or the file ends first, else errno.
+int check_extent(int fd, const Extent& extent, std::vector<uint8_t>& scratch) {
+  uint32_t crc = 0;
+  for (int64_t done = 0; done < extent.bytes; done += kPieceBytes) {
+    const int64_t size = std::min(kPieceBytes, extent.bytes - done);
+    scratch.resize(static_cast<size_t>(size));
+    const int code = read_fully(fd, scratch.data(), size, extent.file_offset + done);
+    if (code != 0) {
+      return code;
+    }
+    crc = crc32_update(crc, scratch.data(), static_cast<size_t>(size));
+  }
+  return crc == extent.crc ? 0 : 1;
+}
+
 }  // namespace
 
 // One read handed over: its pieces, handed out one at a time to whichever
@@ -94,6 +119,7 @@ struct RowReader::Job {
   const int64_t* row_numbers = nullptr;
   uint8_t* target = nullptr;
   std::vector<Piece> pieces;
+  std::vector<Extent> extents;  // a check's, each one part of the job
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> finished{0};
   std::atomic<int64_t> first_short{std::numeric_limits<int64_t>::max()};
@@ -101,7 +127,32 @@ struct RowReader::Job {
   std::condition_variable done;
   std::string error;  // the first OS error, if any
 
-  int64_t count() const { return static_cast<int64_t>(pieces.size()); }
+  int64_t count() const { return static_cast<int64_t>(pieces.size() + extents.size()); }
+
+  // A part that ended with `code` (0, 1: the file ends inside it or a check
+  // differs, else errno): `at` (the first row of a piece, an extent's
+  // number) kept where it is the first such, an error of the OS kept; the
+  // part counted as finished.
+  void record(int code, int64_t at) {
+    if (code == 1) {
+      int64_t seen = first_short.load();
+      while (at < seen && !first_short.compare_exchange_weak(seen, at)) {
+      }
+    } else if (code != 0) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (error.empty()) {
+        error = std::strerror(code);
+      }
+    }
+    finish_part();
+  }
+
+  void finish_part() {
+    if (finished.fetch_add(1) + 1 == count()) {
+      std::lock_guard<std::mutex> lock(mutex);
+      done.notify_all();
+    }
+  }
 };
 
 RowReader::RowReader(int64_t threads) {
@@ -148,6 +199,12 @@ void RowReader::run_part(Job& job) {
     if (i >= job.count()) {
       return;
     }
+    if (i >= static_cast<int64_t>(job.pieces.size())) {
+      const int64_t k = i - static_cast<int64_t>(job.pieces.size());
+      const int code = check_extent(job.fd, job.extents[static_cast<size_t>(k)], scratch);
+      job.record(code, k);
+      continue;
+    }
     const Piece& piece = job.pieces[static_cast<size_t>(i)];
     uint8_t* target = job.target + piece.out_offset;
     if (piece.gapped) {
@@ -155,16 +212,11 @@ void RowReader::run_part(Job& job) {
       target = scratch.data();
     }
     const int code = read_fully(job.fd, target, piece.bytes, piece.file_offset);
-    if (code == 1) {
-      int64_t seen = job.first_short.load();
-      while (piece.first < seen && !job.first_short.compare_exchange_weak(seen, piece.first)) {
-      }
-    } else if (code != 0) {
-      std::lock_guard<std::mutex> lock(job.mutex);
-      if (job.error.empty()) {
-        job.error = std::strerror(code);
-      }
-    } else if (piece.gapped) {
+    if (code != 0) {
+      job.record(code, piece.first);
+      continue;
+    }
+    if (piece.gapped) {
       const int64_t first_row = job.row_numbers[piece.first];
       const int64_t size = piece.row_bytes;
       for (int64_t k = piece.first; k < piece.end; ++k) {
@@ -173,10 +225,7 @@ void RowReader::run_part(Job& job) {
                     static_cast<size_t>(size));
       }
     }
-    if (job.finished.fetch_add(1) + 1 == job.count()) {
-      std::lock_guard<std::mutex> lock(job.mutex);
-      job.done.notify_all();
-    }
+    job.finish_part();
   }
 }
 
@@ -245,17 +294,46 @@ int64_t RowReader::submit(int64_t fd, int64_t row_count, const at::Tensor& rows,
   for (size_t k = 0; k < begins.size(); ++k) {
     add_pieces(job->pieces, r, count, begins[k], row_bytes[k], at[k]);
   }
+  return enqueue(std::move(job), "RowReader.submit");
+}
+
+int64_t RowReader::submit_checks(int64_t fd, const std::vector<int64_t>& begins,
+                                 const std::vector<int64_t>& lengths,
+                                 const std::vector<int64_t>& crcs) {
+  ROBOCACHE_CHECK_VALUE(fd >= 0, "RowReader.submit_checks: fd must be an open file; got ", fd);
+  ROBOCACHE_CHECK_VALUE(begins.size() == lengths.size() && begins.size() == crcs.size(),
+                        "RowReader.submit_checks: begins, lengths and crcs must be as long; got ",
+                        begins.size(), ", ", lengths.size(), " and ", crcs.size());
+  auto job = std::make_shared<Job>();
+  job->fd = static_cast<int>(fd);
+  job->extents.reserve(begins.size());
+  for (size_t k = 0; k < begins.size(); ++k) {
+    ROBOCACHE_CHECK_VALUE(begins[k] >= 0 && lengths[k] >= 0 &&
+                              lengths[k] <= std::numeric_limits<int64_t>::max() - begins[k],
+                          "RowReader.submit_checks: extent ", k,
+                          ": begin and length must be >= 0 and end within "
+                          "the largest file offset; got ",
+                          begins[k], " and ", lengths[k]);
+    ROBOCACHE_CHECK_VALUE(crcs[k] >= 0 && crcs[k] <= 0xFFFFFFFFll, "RowReader.submit_checks: crcs[",
+                          k, "] must be a CRC-32 (0..2**32 - 1); got ", crcs[k]);
+    job->extents.push_back({begins[k], lengths[k], static_cast<uint32_t>(crcs[k])});
+  }
+  return enqueue(std::move(job), "RowReader.submit_checks");
+}
+
+int64_t RowReader::enqueue(std::shared_ptr<Job> job, const char* where) {
   int64_t ticket;
+  const bool work = job->count() > 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    ROBOCACHE_CHECK(!stopping_, "RowReader.submit: the reader was closed");
+    ROBOCACHE_CHECK(!stopping_, where, ": the reader was closed");
     ticket = next_ticket_++;
-    jobs_.emplace(ticket, job);
-    if (job->count() > 0 && !workers_.empty()) {
+    if (work && !workers_.empty()) {
       queue_.push_back(job);
     }
+    jobs_.emplace(ticket, std::move(job));
   }
-  if (job->count() > 0) {
+  if (work) {
     wake_.notify_all();
   }
   return ticket;

@@ -1,6 +1,6 @@
-// Rows of a file read into host tensors by a few threads of the reader's
-// own, with positional reads (pread): a batch's rows handed over in one call,
-// read while the caller goes on, and waited for in another, with no Python
+// Rows of a file read into host tensors (and extents of it checked against
+// their CRC-32) by a few threads of the reader's own, with positional reads (pread): a batch's rows
+// handed over in one call, read while the caller goes on, and waited for in another, with no Python
 // and no GIL on the threads.
 #pragma once
 
@@ -43,9 +43,19 @@ class RowReader : public torch::CustomClassHolder {
   // Waits for the read of `ticket` (reading its rows left on this thread
   // too). Returns -1 once every row is read whole, else the position in
   // `rows` of the first row of the first run of rows read together that
-  // the file ends inside (it was cut after it was opened). An error of the
-  // OS is raised, naming it.
+  // the file ends inside (it was cut after it was opened); for a check, -1
+  // or the first extent that differs. An error of the OS is raised, naming
+  // it.
   int64_t wait(int64_t ticket);
+
+  // Hands over the check of extents of a file `fd`: extent k, `lengths[k]`
+  // bytes from byte `begins[k]`, must have the CRC-32 `crcs[k]` (as
+  // zlib.crc32). Each extent is read and checked whole by one thread,
+  // extents by several at once. Returns a ticket for wait(), which then
+  // returns -1 where every extent matches, else the first k that does not
+  // (or that the file ends inside).
+  int64_t submit_checks(int64_t fd, const std::vector<int64_t>& begins,
+                        const std::vector<int64_t>& lengths, const std::vector<int64_t>& crcs);
 
   // submit() and wait() in one call.
   int64_t read(int64_t fd, int64_t row_count, const at::Tensor& rows,
@@ -65,6 +75,7 @@ class RowReader : public torch::CustomClassHolder {
   struct Job;
   void work();
   static void run_part(Job& job);
+  int64_t enqueue(std::shared_ptr<Job> job, const char* where);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

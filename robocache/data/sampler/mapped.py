@@ -12,9 +12,13 @@ each query the rows on both sides of it, so that the cut finds in it
 exactly what it finds in the whole stream, and cuts the same windows from
 it. Keys that share their times and their rule share the rows found."""
 
+from functools import partial
+
 import numpy as np
 import torch
 
+from ..errors import LoaderError
+from ..store.checks import new_token
 from .cut import rows_around
 
 # Batches whose rows are found at once: the host's cut over row numbers runs
@@ -98,6 +102,18 @@ class RowFinder:
         bounds = np.searchsorted(keyed, np.arange(batches + 1) * count)
         return torch.from_numpy(keyed % max(count, 1)), bounds.tolist()
 
+    def submit_checks(self, reader, found, token):
+        """Hands ``reader`` the checks of the episodes that rows ``found``
+        lie in, for every key whose file's episodes are not all checked
+        yet (store/checks.py): [(EpisodeChecks, what its ``wait`` takes)]."""
+        pending = []
+        for key in self.keys:
+            checks = key.rows.checks
+            if checks is not None and not checks.done and found.numel():
+                episodes = checks.episodes_of(found.numpy() + key.rows.first_row)
+                pending.append((checks, checks.submit(reader, episodes, token)))
+        return pending
+
     def submit(self, reader, found, pin):
         """Hands the read of rows ``found`` of every key to ``reader``, into
         one buffer (pinned where ``pin``): (ticket, streams), key position
@@ -160,25 +176,52 @@ class MappedReads:
     def __init__(self, finders, reader, pin):
         self.finders, self.reader, self.pin = finders, reader, pin
         self.pending = {}
+        # The episodes this reader has asked to check are marked with it: a
+        # later batch reading one waits for an earlier batch, which waits
+        # for its check.
+        self.token = new_token()
 
     def submit(self, b, found):
+        token = self.token
         self.pending[b] = [
-            (f, *f.submit(self.reader, rows, self.pin)) for f, rows in zip(self.finders, found)
+            (f, f.submit_checks(self.reader, rows, token), *f.submit(self.reader, rows, self.pin))
+            for f, rows in zip(self.finders, found)
         ]
 
     def wait(self, b):
-        streams = {}
-        for finder, ticket, read in self.pending.pop(b):
-            finder.wait(self.reader, ticket)
+        """Batch b's streams, once its checks and reads are done: every one
+        is waited for, and the first error then raised."""
+        streams, error = {}, None
+        for finder, checks, ticket, read in self.pending.pop(b):
+            waits = [partial(c.wait, self.reader, handed) for c, handed in checks]
+            waits.append(partial(finder.wait, self.reader, ticket))
+            for wait in waits:
+                try:
+                    wait()
+                except LoaderError as e:
+                    error = error or e
             streams.update(read)
+        if error is not None:
+            raise error
         return streams
 
     def now(self, index, anchor, edge_tolerance):
         """The streams of the batch anchored at ``index`` (host), read now."""
         found = [f.rows_of(index, anchor, edge_tolerance, max(1, index.numel()))[0]
                  for f in self.finders]  # fmt: skip
-        self.submit(-1, found)
-        return self.wait(-1)
+        try:
+            self.submit(-1, found)
+            return self.wait(-1)
+        finally:
+            self.release()
+
+    def release(self):
+        """The checks asked for and not waited for are forgotten: another
+        reader asks for them again."""
+        for finder in self.finders:
+            for key in finder.keys:
+                if key.rows.checks is not None:
+                    key.rows.checks.release(self.token)
 
 
 class MappedAhead:
@@ -218,7 +261,10 @@ class MappedAhead:
         return self.reads.wait(i)
 
     def close(self):
-        self.reads.reader.close()
+        try:
+            self.reads.reader.close()
+        finally:
+            self.reads.release()
 
 
 class StaticRows:

@@ -5,21 +5,23 @@ metadata, versioned.
 Every tensor carries a CRC-32 in the metadata, and each stream's values one
 a episode (``streams/<i>/checksums``, (E,)), so that a rank's shard verifies
 only its own episodes' bytes. ``read`` checks the structure, then the
-checksums, and names the file in every error."""
+checksums of everything but the values, and names the file in every error;
+the values' are checked as their episodes are first read (checks.py)."""
 
 import json
 import os
 import warnings
 import zlib
+from dataclasses import replace
 
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ..errors import LoaderError
 from ..frames import FrameEncoding
+from .checks import EpisodeChecks
 from .packed import PackedStream
 from .rows import MappedRows, StoreFile, tensor_extents
-from .shards import shard_ranges
 from .validate import check_structure, episode_crc32, tensor_crc32, verify_checksums
 
 FORMAT = "robocache.EpisodeStore"
@@ -120,15 +122,16 @@ def open_file(directory):
         raise LoaderError(f"EpisodeStore.load({path}): cannot open it: {e}") from e
 
 
-def read(file, verify=True, shard=None):
-    """(streams, episodes, tasks, fps, info) of a store written by ``write``
-    (``file``: its StoreFile, from ``open_file``).
+def read(file, verify=True):
+    """(streams, episodes, tasks, fps, info, sums) of a store written by
+    ``write`` (``file``: its StoreFile, from ``open_file``).
 
     The values map the file (nothing is read until used); the other tensors
-    are read into memory. The structure is
-    always checked; with ``verify`` the checksums too (every byte is read
-    once; with ``shard=(rank, world_size)`` only the rank's episodes'
-    values)."""
+    are read into memory. The structure is always checked; with ``verify``
+    the checksums of every tensor but the values, and ``sums`` holds what
+    checks the values' episodes when they are read (key -> (tensor name,
+    (E,) CRCs, (E + 1,) bounds of the episodes' rows), for ``mapped_rows``;
+    None without ``verify``, or for a file saved without checksums)."""
     path = file.path
     where = f"EpisodeStore.load({path})"
     try:
@@ -157,19 +160,25 @@ def read(file, verify=True, shard=None):
         name[len("episodes/") :]: t for name, t in tensors.items() if name.startswith("episodes/")
     }
     check_structure(streams, episodes, tasks, where)
-    if verify:
-        _verify(tensors, meta, streams, episodes, shard, where)
-    return streams, episodes, tasks, fps, info
+    sums = _verify(tensors, meta, streams, where) if verify else None
+    return streams, episodes, tasks, fps, info, sums
 
 
-def mapped_rows(file, keys):
+def mapped_rows(file, keys, sums=None):
     """key -> MappedRows: where each stream's values lie in the store file
-    (a StoreFile)."""
+    (a StoreFile), with their episodes' checks where ``sums`` (``read``'s)
+    holds them."""
     extents = tensor_extents(file)
     out = {}
     for i, key in enumerate(keys):
-        dtype, shape, begin, _ = extents[f"streams/{i}/values"]
-        out[key] = MappedRows(file, begin, shape[0], dtype, tuple(shape[1:]))
+        name = f"streams/{i}/values"
+        dtype, shape, begin, _ = extents[name]
+        rows = MappedRows(file, begin, shape[0], dtype, tuple(shape[1:]))
+        if sums is not None:
+            _, crcs, bounds = sums[key]
+            checks = EpisodeChecks(file, key, name, begin, rows.row_bytes, bounds, crcs)
+            rows = replace(rows, checks=checks)
+        out[key] = rows
     return out
 
 
@@ -231,14 +240,16 @@ def _streams(tensors, keys, encodings, where):
     return streams
 
 
-def _verify(tensors, meta, streams, episodes, shard, where):
+def _verify(tensors, meta, streams, where):
+    """Checks every tensor but the values against its CRC-32; returns
+    ``read``'s ``sums``."""
     if "checksums" not in meta:
         warnings.warn(
             f"{where}: this store was saved without checksums (by an older robocache); its "
             "bytes cannot be verified. Save it again to add them",
             stacklevel=4,
         )
-        return
+        return None
     expected = _json(meta, "checksums", where)
     if not isinstance(expected, dict) or expected.pop(_METADATA, None) != _metadata_crc32(meta):
         raise LoaderError(f"{where}: the metadata does not match its checksum: the file is corrupt")
@@ -247,14 +258,12 @@ def _verify(tensors, meta, streams, episodes, shard, where):
     unchecked = [n for n in tensors if n not in expected and not n.endswith("/values")]
     if unchecked:
         raise LoaderError(f"{where}: {unchecked[0]} has no checksum in the metadata")
-    episode_range = None
-    if shard is not None:  # (rank, world_size), checked by the caller
-        episode_range = shard_ranges(episodes["length"], shard[1])[shard[0]]
+    verify_checksums(tensors, expected, where)
     per_episode = {}
-    for i, s in enumerate(streams.values()):
+    for i, (key, s) in enumerate(streams.items()):
         sums = tensors[f"streams/{i}/checksums"]
         if sums.dim() != 1 or sums.numel() != s.offsets.numel() - 1:
             raise LoaderError(f"{where}: streams/{i}/checksums does not hold one CRC an episode")
         rows = s.offsets.cpu() if s.encoding is None else s.byte_offsets.cpu()[s.offsets.cpu()]
-        per_episode[f"streams/{i}/values"] = (sums, rows)
-    verify_checksums(tensors, expected, per_episode, where, episode_range)
+        per_episode[key] = (f"streams/{i}/values", sums.numpy(), rows.numpy())
+    return per_episode

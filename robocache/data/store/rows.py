@@ -9,13 +9,14 @@ import json
 import os
 import struct
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
 import torch
 
 from ..errors import LoaderError
+from .checks import CHECK_THREADS, new_token
 
 # safetensors' dtype names, as its header writes them.
 _DTYPES = {
@@ -98,13 +99,17 @@ def _pread_all(file, size, offset, what):
 @dataclass(frozen=True)
 class MappedRows:
     """A stream's values as rows of a file (a StoreFile): row r at
-    ``begin + r * row_bytes``."""
+    ``begin + r * row_bytes``. ``checks``: the file's per-episode CRC-32s of
+    the stream (``checks.EpisodeChecks``, shared by its parts), checked the
+    first time an episode is read; None where ``load`` was not asked to
+    verify."""
 
     file: StoreFile
     begin: int
     rows: int
     dtype: torch.dtype
     shape: tuple  # one row's
+    checks: object = field(default=None, compare=False, repr=False)
 
     @property
     def path(self):
@@ -121,16 +126,40 @@ class MappedRows:
         """Rows first:end as a MappedRows of their own."""
         return replace(self, begin=self.begin + first * self.row_bytes, rows=end - first)
 
+    @property
+    def first_row(self):
+        """Row 0 here as a row of the file's whole stream (these rows may
+        be a shard's part of it)."""
+        return (self.begin - self.checks.begin) // self.row_bytes if self.checks else 0
+
+    def check(self):
+        """Checks every episode of these rows not checked yet, now (before
+        they are all read: a copy into memory)."""
+        if self.checks is None or self.checks.done:
+            return
+        reader = row_reader(CHECK_THREADS)
+        try:
+            self.checks.check_rows(self.first_row, self.first_row + self.rows, reader)
+        finally:
+            reader.close()
+
     def read(self, rows, reader=None, pin=False):
         """The rows ``rows`` (increasing, int64) as an (R, *shape) tensor
         (pinned where ``pin``), read in one native call (``reader``: a
         RowReader from ``row_reader``; None reads on the caller's thread
-        alone)."""
+        alone); the episodes they lie in checked first, where not yet."""
         rows = torch.as_tensor(rows, dtype=torch.int64).contiguous()
         out = torch.empty((rows.numel(), *self.shape), dtype=self.dtype, pin_memory=pin)
         if out.numel() == 0:
             return out
         reader = caller_reader() if reader is None else reader
+        if self.checks is not None and not self.checks.done:
+            episodes = self.checks.episodes_of(rows.numpy() + self.first_row)
+            token = new_token()
+            try:
+                self.checks.wait(reader, self.checks.submit(reader, episodes, token))
+            finally:
+                self.checks.release(token)
         target = out.view(-1).view(torch.uint8)
         short = reader.read(
             self.file.fd, self.rows, rows, [self.begin], [self.row_bytes], target, [0]

@@ -232,6 +232,7 @@ class EpisodeStore:
         return self._map(lambda t: t.pin_memory())
 
     def _map(self, fn):
+        self._check_mapped(self.mapped)
         streams = {k: s.map(fn) for k, s in self.streams.items()}
         episodes = {k: fn(v) for k, v in self.episodes.items()}
         return self._derived(streams, episodes, self.shard)
@@ -266,6 +267,7 @@ class EpisodeStore:
         mappable = {k: k in self.mapped for k in self.streams}
         current = self.placement
         plan = resolve(placement, self.streams, current, mappable, budget)
+        self._check_mapped([k for k, p in plan.items() if current[k] == "mapped" and p != "mapped"])
         streams = {
             k: place_stream(s, plan[k], read=current[k] == "mapped" and plan[k] == "cpu")
             for k, s in self.streams.items()
@@ -333,9 +335,14 @@ class EpisodeStore:
                 structure (shapes, dtypes, offsets, indices) is always
                 checked.
             verify: check every tensor against the CRC-32 that ``save``
-                wrote (a shard: its own episodes' values, and every other
-                tensor): one read of the file's bytes. Off, a mapped store
-                reads only what the batches use.
+                wrote: the index (times, offsets, statistics, episodes) at
+                once; each episode's values the first time they are read
+                (the sampler's reads of a mapped key, or a copy into memory:
+                ``place``, ``to``, ``mmap=False``), so that a mapped store
+                opens after reading its index alone. Encoded keys left
+                mapped are checked at load (their decoders read the map).
+                Values read straight from ``store[key].values`` of a
+                mapped key are not checked.
 
         A file that is truncated, corrupt or not a store raises a
         LoaderError that names it and what was wrong."""
@@ -349,8 +356,8 @@ class EpisodeStore:
             raise ValueError(f"{where}: give device or placement, not both")
         # Mapped first, whatever ``mmap`` says: a shard then reads only its part.
         file = store_format.open_file(directory)
-        streams, episodes, tasks, fps, info = store_format.read(file, verify, shard)
-        mapped = store_format.mapped_rows(file, list(streams))
+        streams, episodes, tasks, fps, info, sums = store_format.read(file, verify)
+        mapped = store_format.mapped_rows(file, list(streams), sums)
         store = cls(streams, episodes, tasks, fps, info=info, mapped=mapped, check=False)
         if shard is not None:
             store = store.take_shard(*shard)
@@ -360,9 +367,22 @@ class EpisodeStore:
             store = store.to(device)
         if placement is not None:
             store = store.place(placement)
+        # Encoded keys left mapped are read through the map by the decoders:
+        # their episodes are checked now (raw keys: as the sampler reads them).
+        for key in store.mapped:
+            if store.streams[key].encoding is not None:
+                store.mapped_rows[key].check()
         if check:
             check_sorted_times(store.streams, f"{where}({directory})")
         return store
+
+    def _check_mapped(self, keys):
+        """The episodes of the mapped ``keys`` not checked yet against their
+        CRC-32s, checked now (their values are about to be read whole)."""
+        for key in keys:
+            rows = self.mapped_rows.get(key)
+            if rows:
+                rows.check()
 
 
 def _size(nbytes):

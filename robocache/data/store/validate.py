@@ -129,22 +129,9 @@ def check_sorted_times(streams, where, error=LoaderError):
             )
 
 
-def verify_checksums(tensors, expected, episode_sums, where, episode_range=None):
-    """Each tensor's CRC-32 against the file's (``expected``: name -> CRC),
-    and each episode's rows of each ``values`` against ``episode_sums``
-    (values name -> ((E,) CRCs, offsets)); with ``episode_range`` (first,
-    end) only those episodes' rows are read."""
+def verify_checksums(tensors, expected, where):
+    """Each tensor's CRC-32 against the file's (``expected``: name -> CRC;
+    the values' are checked per episode as they are read, checks.py)."""
     for name, crc in expected.items():
         if tensor_crc32(tensors[name]) != crc:
             raise LoaderError(f"{where}: {name} does not match its checksum: the file is corrupt")
-    for name, (sums, offsets) in episode_sums.items():
-        values = tensors[name]
-        flat = values.reshape(values.shape[0], -1) if values.dim() else values
-        bounds = offsets.tolist()
-        first, end = episode_range or (0, len(bounds) - 1)
-        for e in range(first, end):
-            if tensor_crc32(flat[bounds[e] : bounds[e + 1]]) != int(sums[e]):
-                raise LoaderError(
-                    f"{where}: {name}, episode {e} (rows {bounds[e]}:{bounds[e + 1]}) does not "
-                    "match its checksum: the file is corrupt"
-                )

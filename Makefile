@@ -21,12 +21,16 @@ CUDA_ARCHS ?= 8.0;9.0;10.0+PTX
 SOURCES := setup.py pyproject.toml $(shell find csrc -type f 2>/dev/null)
 
 # A build shows its progress: pip's whole output goes to the log named, and
-# each compile step ninja finishes is printed as "[done/total]"; on failure
-# the log's end is shown.
+# each compile step ninja finishes is printed as it finishes, as
+# "compiled [done/total] csrc/<file>"; on failure the log's end is shown.
+# bash's read takes each line as it arrives (mawk, Debian's awk, reads a pipe
+# in blocks, which held the lines back until several had finished).
 SHELL := bash
 .SHELLFLAGS := -o pipefail -c
-progress = 2>&1 | tee $(1) | awk '$$1 ~ /^\[[0-9]+\/[0-9]+\]$$/ { print "  compiled", $$1; fflush() }' \
-	|| { tail -40 $(1); echo "the build failed; its log: $(1)"; exit 1; }
+NINJA_STEP := ^ *(\[[0-9]+/[0-9]+\])( .* -c [^ ]*/(csrc/[^ ]+) -o )?
+progress = 2>&1 | tee $(1) | { step='$(NINJA_STEP)'; while IFS= read -r line; do \
+	  if [[ $$line =~ $$step ]]; then echo "  compiled $${BASH_REMATCH[1]}$${BASH_REMATCH[3]:+ $${BASH_REMATCH[3]}}"; fi; \
+	done; } || { tail -40 $(1); echo "the build failed; its log: $(1)"; exit 1; }
 
 .PHONY: demo test build bench lint format cuda-build-check cuda-wheel wheel wheel-test test-pinned clean FORCE
 
@@ -82,7 +86,13 @@ $(VENV)/.deps: $(VENV)/.torch
 	$(PY) -m pip install "$(TORCH)" $(BUILD_DEPS) $(TEST_DEPS)
 	touch $@
 
-$(VENV)/.built: $(VENV)/.deps $(SOURCES)
+# The library in the checkout and the torch it was built against
+# (robocache/_build_info.py) are rebuilt where either is missing or newer than
+# the last build here: an editable install from another environment (another
+# torch) writes both in place.
+LIBRARY := $(wildcard robocache/_C*.so)
+BUILD_INFO := $(wildcard robocache/_build_info.py)
+$(VENV)/.built: $(VENV)/.deps $(SOURCES) $(if $(and $(LIBRARY),$(BUILD_INFO)),$(LIBRARY) $(BUILD_INFO),FORCE)
 	@echo "building robocache's library against $$($(PY) -c 'import torch; print(torch.__version__)') (a minute or more; MAX_JOBS=$(MAX_JOBS))"
 	@mkdir -p build
 	MAX_JOBS=$(MAX_JOBS) $(PY) -m pip install -v --no-build-isolation --no-deps -e . $(call progress,build/build.log)

@@ -13,6 +13,9 @@ Runs end to end on data generated in memory (no download):
    torch.compile(fullgraph=True).
 
 It prints what it did and how long each stage took on the device it found.
+Each comparison times its two sides in alternation (robocache and the
+reference, or the eager and the compiled policy), after a warm-up, so that
+both see the machine alike; a busy machine shows as a wide spread.
 """
 
 import os
@@ -27,26 +30,63 @@ from robocache.data.synthetic import depth_camera_cloud, multi_rate_episodes
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from policy import MultiRatePolicy, example_inputs  # noqa: E402
 
+# Before timing, both sides are called for this long (at least twice each):
+# a compiled module's first calls, the allocator and the thread pools settle.
+WARMUP_S = 0.5
+REPS = 21
+# A spread (interquartile range as a % of the median) above this says the
+# machine was busy while timing: the times are not to be trusted.
+NOISY_SPREAD_PCT = 25.0
 
-def timed(fn, device, reps=10):
-    """(result, median milliseconds) after one warm-up call."""
+
+def _call_ms(fn, device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
     out = fn()
-    times = []
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return out, (time.perf_counter() - t0) * 1e3
+
+
+def _median_and_spread(times):
+    times = sorted(times)
+    median = times[len(times) // 2]
+    spread = times[(3 * len(times)) // 4] - times[len(times) // 4]
+    return median, 100 * spread / median
+
+
+def compare(first, second, device, reps=REPS, warmup_s=WARMUP_S):
+    """The results of `first` and `second`, their median ms over `reps` calls
+    each, alternating, after `warmup_s` seconds of alternating calls, and the
+    wider of their spreads (interquartile range, % of the median)."""
+    start, warmups = time.perf_counter(), 0
+    while warmups < 2 or time.perf_counter() - start < warmup_s:
+        first(), second()
+        warmups += 1
+    first_ms, second_ms = [], []
     for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return out, sorted(times)[len(times) // 2]
+        first_out, ms = _call_ms(first, device)
+        first_ms.append(ms)
+        second_out, ms = _call_ms(second, device)
+        second_ms.append(ms)
+    (a_ms, a_spread), (b_ms, b_spread) = map(_median_and_spread, (first_ms, second_ms))
+    return first_out, second_out, a_ms, b_ms, max(a_spread, b_spread)
+
+
+def spread_note(spread):
+    noisy = spread > NOISY_SPREAD_PCT
+    return f"spread {spread:.0f}%" + (": the machine was busy, run it again" if noisy else "")
 
 
 def main():
     device = "cuda" if torch.cuda.is_available() and robocache.is_cuda_available() else "cpu"
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
-    print(f"robocache demo on {name} (torch {torch.__version__})\n")
+    print(f"robocache demo on {name} (torch {torch.__version__})")
+    print(
+        f"times: the median of {REPS} calls of each side, the two sides alternating, after "
+        f"{WARMUP_S} s of warm-up; spread: the interquartile range as a % of the median\n"
+    )
 
     t0 = time.perf_counter()
     streams, control_t = multi_rate_episodes(B=32, seconds=4.0, device=device)
@@ -60,40 +100,49 @@ def main():
 
     pairs = [s.as_tuple() for s in streams.values()]
     modes = ["previous", "linear", "linear"]
-    fused, ms = timed(lambda: robocache.fuse(pairs, control_t, modes=modes), device)
-    ref, ref_ms = timed(lambda: robocache.reference.fuse(pairs, control_t, modes), device)
+    fused, ref, ms, ref_ms, spread = compare(
+        lambda: robocache.fuse(pairs, control_t, modes=modes),
+        lambda: robocache.reference.fuse(pairs, control_t, modes),
+        device,
+    )
     err = (fused - ref).abs().max().item()
     print(
         f"2. fuse -> {tuple(fused.shape)}: robocache {ms:.3f} ms, pytorch reference {ref_ms:.3f} ms "
-        f"({ref_ms / ms:.1f}x), max |diff| {err:.1e}"
+        f"({ref_ms / ms:.1f}x), max |diff| {err:.1e}; {spread_note(spread)}"
     )
     assert err < 1e-5, "fuse disagrees with the reference"
 
     clouds = depth_camera_cloud(8, device=device)
     args = ((100, 100, 100), 0.01, (0.0, 0.0, 0.0))
-    grid, ms = timed(lambda: robocache.voxelize(clouds, *args), device)
-    ref, ref_ms = timed(lambda: robocache.reference.voxelize(clouds, *args), device)
+    grid, ref, ms, ref_ms, spread = compare(
+        lambda: robocache.voxelize(clouds, *args),
+        lambda: robocache.reference.voxelize(clouds, *args),
+        device,
+    )
     assert torch.equal(grid, ref), "voxelize disagrees with the reference"
     print(
         f"3. voxelize 8 depth-camera clouds {tuple(clouds.shape)} -> {tuple(grid.shape)} occupancy: "
-        f"robocache {ms:.3f} ms, pytorch reference {ref_ms:.3f} ms ({ref_ms / ms:.1f}x), equal\n"
+        f"robocache {ms:.3f} ms, pytorch reference {ref_ms:.3f} ms ({ref_ms / ms:.1f}x), equal; "
+        f"{spread_note(spread)}\n"
     )
 
     torch.manual_seed(0)
     policy = MultiRatePolicy().to(device).eval()
     x = example_inputs(B=16, seconds=2.0, device=device)
     with torch.no_grad():
-        actions, eager_ms = timed(lambda: policy(*x), device)
         compiled = torch.compile(policy, fullgraph=True)
         t0 = time.perf_counter()
         compiled(*x)
         compile_s = time.perf_counter() - t0
-        out, compiled_ms = timed(lambda: compiled(*x), device)
+        actions, out, eager_ms, compiled_ms, spread = compare(
+            lambda: policy(*x), lambda: compiled(*x), device
+        )
     err = (out - actions).abs().max().item()
     print(f"4. policy (fuse + voxelize + Conv3d/MLP in forward) -> actions {tuple(actions.shape)}:")
     print(
-        f"     eager {eager_ms:.3f} ms; torch.compile(fullgraph=True): compiled in {compile_s:.1f} s, "
-        f"then {compiled_ms:.3f} ms; max |diff| {err:.1e}"
+        f"     torch.compile(fullgraph=True) compiled it in {compile_s:.1f} s (the first call); "
+        f"then eager {eager_ms:.3f} ms, compiled {compiled_ms:.3f} ms; max |diff| {err:.1e}; "
+        f"{spread_note(spread)}"
     )
 
 

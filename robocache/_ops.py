@@ -23,20 +23,24 @@ from torch.autograd.function import _SingleLevelFunction as SingleLevelFunction 
 
 
 def _load_library():
+    library = importlib.util.find_spec(__package__ + "._C")
+    if library is None:
+        raise ImportError(
+            "robocache's compiled library (robocache._C) is missing: the extension has not "
+            "been built. Build it with `pip install --no-build-isolation -e .` "
+            "(or `make build`)."
+        )
     try:
         from . import _build_info
     except ImportError:
         _build_info = None
     if _build_info is not None and _build_info.TORCH_VERSION != torch.__version__:
+        # A build from another environment can replace the library in place
+        # (an editable install writes into the checkout): name the file.
         raise ImportError(
-            f"robocache's compiled library was built against torch {_build_info.TORCH_VERSION}, "
-            f"but torch {torch.__version__} is installed. Rebuild it: "
-            "`pip install --no-build-isolation -e .` (or `make build`)."
-        )
-    if importlib.util.find_spec(__package__ + "._C") is None:
-        raise ImportError(
-            "robocache's compiled library (robocache._C) is missing: the extension has not "
-            "been built. Build it with `pip install --no-build-isolation -e .` "
+            f"robocache's compiled library ({library.origin}) was built against torch "
+            f"{_build_info.TORCH_VERSION}, but torch {torch.__version__} is installed. "
+            "Rebuild it with this torch: `pip install --no-build-isolation -e .` "
             "(or `make build`)."
         )
     try:

@@ -26,9 +26,10 @@ Method:
 - Inputs are random (never zeros).
 
 Bandwidth comes from the minimal bytes (every input read once, every output
-written once) and is given as a % of a large device-to-device copy measured
-in the same run, and as a % of a copy that moves the row's own bytes (short
-kernels spend more of their time ramping up than a large copy does).
+written once) and is given as a % of a large copy measured in the same run
+(device-to-device on a GPU, within host memory on the CPU), and as a % of a
+copy that moves the row's own bytes (short kernels spend more of their time
+ramping up than a large copy does).
 Benchmarks are not tests: nothing here asserts a time.
 """
 

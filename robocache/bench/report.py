@@ -89,19 +89,26 @@ def print_table(result, file=None):
                 file=out,
             )
 
-    for line in legend(threshold):
+    for line in legend(result["device"], threshold):
         print(line, file=out)
 
 
-def legend(threshold=NOISY_SPREAD_PCT):
-    """The lines under the table that say what its columns are."""
+def copy_name(device):
+    """What the copy that bandwidth is compared with is on `device` ("cpu",
+    "cuda" or a GPU's name)."""
+    return "copy in host memory" if device == "cpu" else "device-to-device copy"
+
+
+def legend(device, threshold=NOISY_SPREAD_PCT):
+    """The lines under the table that say what its columns are, for a run on
+    `device` ("cpu", or the GPU's name as in a result's "device")."""
     return [
         "times: the median of each timing's repeats, in ms; ±: their spread, the interquartile "
         "range as a % of the median",
         f"! noisy: a timing of the row spreads over {threshold:.0f}%, too wide to trust the "
         "comparison; run it again on a quiet machine",
         "GB/s: the minimal bytes (inputs read once, outputs written once) over robocache's time",
-        "%copy: robocache's GB/s as a % of the GB/s of the large device-to-device copy (copy, "
+        f"%copy: robocache's GB/s as a % of the GB/s of the large {copy_name(device)} (copy, "
         "first line)",
         "a copy moving the same bytes: a copy of the row's bytes, and robocache's GB/s as a % of "
         "its (short kernels cannot reach the large copy's GB/s)",

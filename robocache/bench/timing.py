@@ -98,7 +98,7 @@ def copy_bandwidth_gbs(device):
 
 
 def same_bytes_copy(nbytes, device):
-    """The Timing of a device-to-device copy that moves `nbytes` in all
+    """The Timing of a copy on `device` (within its memory) that moves `nbytes` in all
     (nbytes / 2 read, nbytes / 2 written). Short kernels do not reach the
     bandwidth of the large copy behind copy_GBps (ramp-up and drain are a
     larger share of their time), so each row also reports its bandwidth as

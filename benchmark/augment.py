@@ -2,6 +2,7 @@
 sample, and what it costs a ResNet-18 two-camera policy's step.
 
     python -m benchmark.augment [--device cuda] [--batch 128] [--json PATH] [--small]
+    python -m benchmark.augment --device cpu --batch 32 --size 96 --workers ""
 
 A store of two 224 x 224 cameras on the device; windows of 2 frames;
 ``Augment(crop_size=224, crop_scale=(0.8, 1), brightness=0.3, contrast=0.4,
@@ -10,6 +11,10 @@ Reported, medians of repeats:
 - the augmentation of a batch (the draws and one op call per camera), and
   the same windows through torchvision v2 per sample: on the device in this
   process, and on the host in DataLoader workers (4, 8, 16 by default);
+- the resized crop alone (no jitter) of one camera's frames, float output:
+  the op, the op with a rotation (``degrees=5``), and a plain-PyTorch loop
+  over the windows (crop, antialiased ``interpolate``, to float), on the
+  device; the second command above is 64 frames of 96 x 96 on the host;
 - the policy's step (forward, backward, optimiser) on a batch made ahead
   (ideal), and fed by the sampler with and without augmentation; their
   ratio is the loader efficiency.
@@ -96,6 +101,42 @@ def dataloader_ms(frames, size, batch, workers, batches):
     return statistics.median(times) * 1e3
 
 
+def crop_rows(frames, size, device, batches):
+    """The resized crop alone of (B, F, size, size, C) frames, to float
+    (B, F, C, size, size): the op, the op with a rotation, and a plain-PyTorch
+    loop over the windows fed the same draws."""
+    B, F = frames.shape[:2]
+    rows, boxes = [], None
+    for name, kwargs in (("", {}), (", degrees=5", dict(degrees=5))):
+        aug = Augment(crop_size=size, crop_scale=(0.8, 1.0), **kwargs)
+        params = aug.draw(B, size, size, augment_generator(0, 0, 0, "crop"))
+        boxes = boxes or [[int(v) for v in row[:4]] for row in params.tolist()]
+        params = params.to(device)
+        ms = per_batch_seconds(
+            lambda: augment_op(frames, params, size, "float_chw"), device, batches
+        )
+        rows.append({"what": f"resized crop{name}, robocache, {B * F} frames", "ms": ms * 1e3})
+
+    def plain_loop():
+        out = []
+        for b, (top, left, h, w) in enumerate(boxes):
+            crop = frames[b, :, top : top + h, left : left + w].permute(0, 3, 1, 2).float()
+            resized = torch.nn.functional.interpolate(
+                crop, size=(size, size), mode="bilinear", align_corners=False, antialias=True
+            )
+            out.append(resized.div_(255))
+        return torch.stack(out)
+
+    ms = per_batch_seconds(plain_loop, device, batches)
+    rows.append(
+        {
+            "what": f"resized crop, plain PyTorch loop on {device.type}, {B * F} frames",
+            "ms": ms * 1e3,
+        }
+    )
+    return rows
+
+
 def step_ms(policy, optimiser, batches, device, steps):
     """ms a policy step (forward, backward, optimiser), fed by ``batches``."""
 
@@ -144,6 +185,7 @@ def main(argv=None):
     frames = [windows[cam] for cam in CAMERAS]  # (B, 2, H, W, 3) uint8
     meta = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
     meta.update(torch=torch.__version__, batch=args.batch, size=args.size, frames_per_window=2)
+    meta["threads"] = torch.get_num_threads()
     rows = []
     steps = iter(range(10**9))
     size = aug.output_size(args.size, args.size)
@@ -161,6 +203,7 @@ def main(argv=None):
         return out
 
     rows.append({"what": "augment, robocache", "ms": per_batch_seconds(ours, device, 20) * 1e3})
+    rows += crop_rows(frames[0], size[0], device, 20)
     try:
         transform = torchvision_transform(args.size)
     except ImportError:
@@ -203,7 +246,8 @@ def main(argv=None):
         extra = f"  efficiency {row['efficiency']:.3f}" if "efficiency" in row else ""
         print(f"{row['what']:<62} {value}{extra}")
     print(
-        f"({meta['device']}, torch {meta['torch']}, B = {args.batch}, two cameras, {args.size}^2)"
+        f"({meta['device']}, {meta['threads']} threads, torch {meta['torch']}, B = {args.batch}, "
+        f"two cameras, {args.size}^2)"
     )
     if args.json:
         with open(args.json, "w") as f:

@@ -115,6 +115,37 @@ def test_identity_parameters_change_nothing(device):
     assert torch.equal(robocache.augment(images, params.to(device), (64, 80)), images)
 
 
+def test_a_resize_along_one_axis_matches_the_reference(device):
+    images = frames(device=device)
+    order = jitter_order(range(4))
+    params = torch.tensor(
+        [
+            [3, 0, 40, 80, 0, *[math.nan] * 4, order],  # rows kept, columns resized
+            [10, 8, 20, 64, 0, *[math.nan] * 4, order],  # columns kept, rows resized
+            [0, 0, 40, 80, 15, *[math.nan] * 4, order],
+            [1, 2, 20, 64, -30, *[math.nan] * 4, order],
+            [0, 0, 1, 1, 0, *[math.nan] * 4, order],  # one pixel, upscaled
+            [63, 79, 1, 1, 45, *[math.nan] * 4, order],
+        ]
+    )
+    got = robocache.augment(images, params.to(device), (40, 64))
+    assert_near(got, reference.augment(images.cpu(), params, 40, 64), "resized crop")
+
+
+def test_threads_do_not_change_the_values():
+    images = frames(B=9, F=3)
+    params = drawn(Augment(**CASES["all"]), images)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = robocache.augment(images, params, 56, output="float_chw")
+        torch.set_num_threads(2)
+        two = robocache.augment(images, params, 56, output="float_chw")
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+
+
 def test_empty_batch(device):
     images = frames(device=device)[:0]
     out = robocache.augment(images, torch.zeros(0, 10, device=device), 8)

@@ -127,6 +127,21 @@ def test_bad_augment_arguments_name_the_argument(kwargs, message):
         Augment(**kwargs)
 
 
+@pytest.mark.parametrize("name", ["crop_ratio", "brightness", "contrast", "saturation"])
+@pytest.mark.parametrize("value", [(1.0, math.inf), (math.nan, 2.0), (1.0, math.nan)])
+def test_ranges_that_are_not_finite_are_refused_at_construction(name, value):
+    with pytest.raises(
+        ValueError, match=rf"Augment: {name} must be .*; got \({value[0]}, {value[1]}\)"
+    ):
+        Augment(**{name: value})
+
+
+@pytest.mark.parametrize("name", ["crop_scale", "degrees", "hue", "brightness", "saturation"])
+def test_a_nan_range_is_refused_at_construction(name):
+    with pytest.raises(ValueError, match=rf"Augment: {name} must be .*; got nan"):
+        Augment(**{name: math.nan})
+
+
 def test_draws_follow_torchvisions_ranges():
     aug = Augment(
         crop_size=32, crop_scale=(0.2, 0.6), crop_ratio=(0.5, 2.0), degrees=(-5, 12), **JITTER

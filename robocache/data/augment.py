@@ -39,6 +39,10 @@ def _pair(value, name, lo, hi, *, centre=None):
         if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
             raise ValueError(f"{_WHERE}: {name} must hold two numbers; got {value!r}")
         pair = (float(value[0]), float(value[1]))
+        if not all(math.isfinite(v) for v in pair):
+            raise ValueError(
+                f"{_WHERE}: {name} must be a (min, max) range of finite numbers; got {value!r}"
+            )
     else:
         raise ValueError(f"{_WHERE}: {name} must be a number or a (min, max) pair; got {value!r}")
     if not (lo <= pair[0] <= pair[1] <= hi):

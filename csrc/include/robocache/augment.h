@@ -96,9 +96,19 @@ ROBOCACHE_HD float resize_weight(const ResizeAxis& a, int64_t j, int64_t first, 
   return x < 1.0f ? 1.0f - x : 0.0f;
 }
 
+// The sum of a span's weights, by which each weight is divided (as
+// PyTorch's kernels normalise: the rounding of ties then agrees more often).
+ROBOCACHE_HD float resize_total(const ResizeAxis& a, int64_t first, int64_t count, float center) {
+  float total = 0.0f;
+  for (int64_t j = 0; j < count; ++j)
+    total += resize_weight(a, j, first, center);
+  return total == 0.0f ? 1.0f : total;
+}
+
 // The resized crop at pixel (y, x), every channel, rounded as a uint8 image's.
 // `image` is the source (height, width, C) uint8 image; the crop's top-left
-// corner is (top, left) and its size is the axes' `in`.
+// corner is (top, left) and its size is the axes' `in`. The CPU kernel
+// computes the same sums separably, with each span's weights tabled once.
 ROBOCACHE_HD void resized_crop_pixel(const uint8_t* image, int64_t width, int C, int64_t top,
                                      int64_t left, const ResizeAxis& ay, const ResizeAxis& ax,
                                      int64_t y, int64_t x, float* out) {
@@ -106,17 +116,8 @@ ROBOCACHE_HD void resized_crop_pixel(const uint8_t* image, int64_t width, int C,
   float cy, cx;
   resize_span(ay, y, y0, ny, cy);
   resize_span(ax, x, x0, nx, cx);
-  float total_y = 0.0f, total_x = 0.0f;
-  for (int64_t j = 0; j < ny; ++j)
-    total_y += resize_weight(ay, j, y0, cy);
-  for (int64_t j = 0; j < nx; ++j)
-    total_x += resize_weight(ax, j, x0, cx);
-  // Normalised by division, as PyTorch's kernels do (the rounding of ties
-  // then agrees more often).
-  if (total_y == 0.0f)
-    total_y = 1.0f;
-  if (total_x == 0.0f)
-    total_x = 1.0f;
+  const float total_y = resize_total(ay, y0, ny, cy);
+  const float total_x = resize_total(ax, x0, nx, cx);
   float acc[3] = {0.0f, 0.0f, 0.0f};
   for (int64_t i = 0; i < ny; ++i) {
     const float wy = resize_weight(ay, i, y0, cy) / total_y;
@@ -172,12 +173,11 @@ ROBOCACHE_HD Geometry geometry(const float* p, int64_t height, int64_t width, in
   return g;
 }
 
-ROBOCACHE_HD void geometric_pixel(const uint8_t* image, int64_t width, int C, const Geometry& g,
-                                  int64_t y, int64_t x, float* out) {
-  if (!g.rotates) {
-    resized_crop_pixel(image, width, C, g.top, g.left, g.ay, g.ax, y, x, out);
-    return;
-  }
+// Output pixel (y, x) of the rotation of the out_h x out_w resized crop,
+// whose pixel (ty, tx) `resized(ty, tx, tap)` writes to tap[0, C).
+template <typename Resized>
+ROBOCACHE_HD void rotated_pixel(const Geometry& g, int C, int64_t y, int64_t x,
+                                const Resized& resized, float* out) {
   // torchvision's inverse rotation about the image's centre, in pixel centres.
   const float xc = float(x) - 0.5f * float(g.out_w - 1);
   const float yc = float(y) - 0.5f * float(g.out_h - 1);
@@ -196,7 +196,7 @@ ROBOCACHE_HD void geometric_pixel(const uint8_t* image, int64_t width, int C, co
       if (tx < 0 || tx >= g.out_w)
         continue;
       const float w = (dy ? wy1 : 1.0f - wy1) * (dx ? wx1 : 1.0f - wx1);
-      resized_crop_pixel(image, width, C, g.top, g.left, g.ay, g.ax, ty, tx, tap);
+      resized(ty, tx, tap);
       for (int c = 0; c < C; ++c)
         acc[c] += w * tap[c];
       mask += w;
@@ -204,6 +204,26 @@ ROBOCACHE_HD void geometric_pixel(const uint8_t* image, int64_t width, int C, co
   }
   for (int c = 0; c < C; ++c)
     out[c] = rintf(acc[c] * mask);
+}
+
+// The resized crop's pixels computed on the fly from the source image.
+struct ResizedCropTaps {
+  const uint8_t* image;
+  int64_t width;
+  int C;
+  const Geometry* g;
+  ROBOCACHE_HD void operator()(int64_t y, int64_t x, float* tap) const {
+    resized_crop_pixel(image, width, C, g->top, g->left, g->ay, g->ax, y, x, tap);
+  }
+};
+
+ROBOCACHE_HD void geometric_pixel(const uint8_t* image, int64_t width, int C, const Geometry& g,
+                                  int64_t y, int64_t x, float* out) {
+  if (!g.rotates) {
+    resized_crop_pixel(image, width, C, g.top, g.left, g.ay, g.ax, y, x, out);
+    return;
+  }
+  rotated_pixel(g, C, y, x, ResizedCropTaps{image, width, C, &g}, out);
 }
 
 // ---- colour, on values in [0, 255] that are whole numbers

@@ -165,7 +165,7 @@ def measure(args, folder, tier, policy_name, device, say, form="raw"):
     placement = PLACEMENT[tier]
     if device.type == "cpu" and tier.startswith("mapped"):
         placement = {"observation.images.*": "mapped", "*": "cpu"}
-    store = EpisodeStore.load(folder, placement=placement, verify=False)
+    store = EpisodeStore.load(folder, placement=placement, verify=args.verify)
     if tier == "mapped-cold":
         drop_pages(os.path.join(folder, "store.safetensors"))
     kw = {"width": 8} if args.small and policy is not SmallPolicy else {}
@@ -305,6 +305,10 @@ def main(argv=None):
     parser.add_argument(
         "--host-share", type=float,
         help="JPEG rows: the share of each batch the GPU decoder decodes on the host's cores",
+    )  # fmt: skip
+    parser.add_argument(
+        "--verify", action="store_true",
+        help="load with verify=True: each episode's values checked by the sampler's first read",
     )  # fmt: skip
     parser.add_argument("--data", help="keep the stores here")
     parser.add_argument("--small", action="store_true", help="a smoke run")

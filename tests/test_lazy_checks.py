@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import zlib
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ import torch
 from conftest import requires_cuda
 
 from robocache.data import EpisodeStore, LoaderError, WindowSampler
-from robocache.data.store.rows import row_reader
 
 MS = 1_000_000
 
@@ -64,32 +62,6 @@ def sampler_of(store, device="cpu", read_ahead=2):
         store, {"cam": [-0.1, 0.0], "joints": [0.0]}, batch_size=3, shuffle=False,
         read_ahead=read_ahead, device=device,
     )  # fmt: skip
-
-
-def test_a_crc_checked_natively_is_zlib_s(tmp_path):
-    data = np.random.default_rng(0).integers(0, 256, 3_000_011, dtype=np.uint8).tobytes()
-    path = tmp_path / "bytes"
-    path.write_bytes(data)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        extents = [(0, 0), (5, 1), (3, 17), (100, 2_000_003), (7, len(data) - 7)]
-        crcs = [zlib.crc32(data[b : b + n]) for b, n in extents]
-        begins, lengths = [b for b, _ in extents], [n for _, n in extents]
-        for threads in (0, 3):
-            reader = row_reader(threads + 1)
-            assert reader.wait(reader.submit_checks(fd, begins, lengths, crcs)) == -1
-            wrong = list(crcs)
-            wrong[3] ^= 1 << 7
-            assert reader.wait(reader.submit_checks(fd, begins, lengths, wrong)) == 3
-            past = lengths[:-1] + [len(data)]  # the file ends inside the last extent
-            assert reader.wait(reader.submit_checks(fd, begins, past, crcs)) == 4
-            reader.close()
-        with pytest.raises(ValueError, match=r"crcs\[0\] must be a CRC-32"):
-            row_reader(1).submit_checks(fd, [0], [1], [2**32])
-        with pytest.raises(ValueError, match="must be as long"):
-            row_reader(1).submit_checks(fd, [0, 1], [1], [0])
-    finally:
-        os.close(fd)
 
 
 @pytest.mark.parametrize("read_ahead", [0, 2])

@@ -355,6 +355,13 @@ int64_t RowReader::wait(int64_t ticket) {
     std::unique_lock<std::mutex> lock(job->mutex);
     job->done.wait(lock, [&] { return job->finished.load() == job->count(); });
   }
+  // The tensors are let go here, on the waiting thread: a tensor that Python
+  // also held frees its Python object when its last holder lets go, which
+  // needs the GIL. A reader's thread may hold the job a moment longer, and
+  // must never be the one to free them (a thread closing the reader with the
+  // GIL held would wait for it forever).
+  job->rows = at::Tensor();
+  job->out = at::Tensor();
   ROBOCACHE_CHECK(job->error.empty(), "RowReader: reading the file failed: ", job->error);
   const int64_t first = job->first_short.load();
   return first == std::numeric_limits<int64_t>::max() ? -1 : first;

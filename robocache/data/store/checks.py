@@ -101,6 +101,10 @@ class EpisodeChecks:
             np.searchsorted(self.bounds, first, side="right") - 1,
             np.searchsorted(self.bounds, end - 1, side="right"),
         )
+        self.check_now(episodes, reader)
+
+    def check_now(self, episodes, reader):
+        """Checks ``episodes`` not checked yet, now, on ``reader``."""
         token = new_token()
         try:
             self.wait(reader, self.submit(reader, episodes, token))

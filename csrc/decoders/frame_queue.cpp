@@ -8,6 +8,8 @@
 
 #include <robocache/error.h>
 
+#include "../io/extents.h"
+
 namespace robocache::decoders {
 namespace {
 
@@ -20,19 +22,29 @@ c10::DeviceIndex index_of(const FrameDecoder& decoder) {
 }  // namespace
 
 FrameQueue::FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at::Tensor> values,
-                       std::vector<at::Tensor> byte_offsets, std::vector<at::Tensor> rows,
+                       std::vector<at::Tensor> byte_offsets, std::vector<int64_t> files,
+                       std::vector<int64_t> file_begins, std::vector<at::Tensor> rows,
                        std::vector<at::Tensor> tables, std::vector<at::Tensor> positions,
                        int64_t ahead, int64_t workers)
     : values_(std::move(values)),
       byte_offsets_(std::move(byte_offsets)),
       tables_(std::move(tables)),
-      positions_(std::move(positions)) {
+      positions_(std::move(positions)),
+      files_(std::move(files)),
+      file_begins_(std::move(file_begins)) {
   const size_t keys = values_.size();
   ROBOCACHE_CHECK_VALUE(keys >= 1 && byte_offsets_.size() == keys && rows.size() == keys &&
                             tables_.size() == keys && positions_.size() == keys,
                         kWhere,
                         ": values, byte_offsets, rows, tables and positions need one "
                         "tensor per key, at least one key");
+  ROBOCACHE_CHECK_VALUE(files_.size() == keys && file_begins_.size() == keys, kWhere,
+                        ": files and file_begins need one value per key");
+  for (size_t k = 0; k < keys; ++k) {
+    ROBOCACHE_CHECK_VALUE(files_[k] >= -1 && (files_[k] < 0 || file_begins_[k] >= 0), kWhere,
+                          ": files[", k, "] must be -1 or a file descriptor, file_begins[", k,
+                          "] >= 0");
+  }
   const auto device = at::Device(at::kCUDA, index_of(*decoder));
   const int64_t steps = rows[0].dim() == 2 ? rows[0].size(0) : -1;
   slots_ = tables_[0].dim() == 5 ? tables_[0].size(0) : -1;
@@ -43,6 +55,7 @@ FrameQueue::FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at:
   ROBOCACHE_CHECK_VALUE(workers >= 1 && workers <= ahead, kWhere, ": workers must be in [1, ",
                         ahead, "] (ahead); got ", workers);
   ahead_ = ahead;
+  file_reads_.resize(static_cast<size_t>(workers));
   for (int64_t w = 0; w < workers; ++w) {
     decoders_.push_back(decoder->sibling(w));
     // With the engines, high priority: their few kernels run between a busy
@@ -258,10 +271,45 @@ void FrameQueue::work(int64_t worker) {
 }
 
 bool FrameQueue::fail(int64_t step, const std::string& why) {
+  fail_at(step, -1, -1, why, false);
+  return true;
+}
+
+bool FrameQueue::fail_at(int64_t step, int64_t k, int64_t row, const std::string& why,
+                         bool file_ends) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (failed_step_ < 0 || step < failed_step_) {
     failed_step_ = step;
-    failure_ = {-1, -1, why};
+    failure_ = {k, row, why, file_ends};
+  }
+  return false;
+}
+
+bool FrameQueue::read_files(int64_t step, int64_t worker, std::vector<FrameTarget>& targets,
+                            const std::vector<std::pair<int64_t, int64_t>>& owners) {
+  FileReads& reads = file_reads_[static_cast<size_t>(worker)];
+  const size_t n = reads.target.size();
+  if (n == 0) {
+    return true;
+  }
+  reads.scratch.resize(static_cast<size_t>(reads.at.back() + reads.lengths.back()));
+  // A key's reads lie together: one call a key.
+  for (size_t first = 0, end = 0; first < n; first = end) {
+    const int64_t k = owners[reads.target[first]].first;
+    end = first + 1;
+    while (end < n && owners[reads.target[end]].first == k) {
+      ++end;
+    }
+    const int64_t cut = io::read_extents(static_cast<int>(files_[k]), reads.begins.data() + first,
+                                         reads.lengths.data() + first, reads.at.data() + first,
+                                         static_cast<int64_t>(end - first), reads.scratch.data());
+    if (cut >= 0) {
+      return fail_at(step, k, owners[reads.target[first + cut]].second,
+                     "the file ends inside this frame's bytes", true);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    targets[reads.target[i]].data = reads.scratch.data() + reads.at[i];
   }
   return true;
 }
@@ -287,6 +335,9 @@ bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarg
   }
   targets.clear();
   owners.clear();
+  FileReads& reads = file_reads_[static_cast<size_t>(worker)];
+  reads.clear();
+  int64_t read_bytes = 0;
   std::vector<int64_t> distinct;
   const Extent extent = extent_of(step);
   if (extent.written != nullptr) {
@@ -325,19 +376,25 @@ bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarg
       const int64_t begin = bounds[row], end = bounds[row + 1];
       ROBOCACHE_CHECK_VALUE(0 <= begin && begin <= end && end <= nbytes, kWhere, ": key ", k,
                             ": the byte offsets of row ", row, " lie outside its values");
-      targets.push_back({bytes + begin, static_cast<size_t>(end - begin),
+      if (files_[k] >= 0) {  // read from the file below; the map is not touched
+        reads.target.push_back(targets.size());
+        reads.begins.push_back(file_begins_[k] + begin);
+        reads.lengths.push_back(end - begin);
+        reads.at.push_back(read_bytes);
+        read_bytes += end - begin;
+      }
+      targets.push_back({files_[k] >= 0 ? nullptr : bytes + begin, static_cast<size_t>(end - begin),
                          base + (1 + static_cast<int64_t>(j)) * table.stride(1), H, W, C});
       owners.emplace_back(static_cast<int64_t>(k), row);
     }
   }
+  if (!read_files(step, worker, targets, owners)) {
+    return false;
+  }
   FrameFailure failed = decoder->run(targets, cuda_stream);
   if (failed.index >= 0) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (failed_step_ < 0 || step < failed_step_) {
-      failed_step_ = step;
-      failure_ = {owners[failed.index].first, owners[failed.index].second, failed.why};
-    }
-    return false;
+    return fail_at(step, owners[failed.index].first, owners[failed.index].second, failed.why,
+                   false);
   }
   for (size_t k = 0; k < values_.size(); ++k) {
     const int64_t M = widths_[k];
@@ -386,7 +443,7 @@ void FrameQueue::release(int64_t step) {
   changed_.notify_all();
 }
 
-std::tuple<int64_t, int64_t, std::string> FrameQueue::failure() {
+std::tuple<int64_t, int64_t, std::string, bool> FrameQueue::failure() {
   std::lock_guard<std::mutex> lock(mutex_);
   return failure_;
 }

@@ -30,7 +30,10 @@ namespace robocache::decoders {
 class FrameQueue : public torch::CustomClassHolder {
  public:
   // For each key k: values[k] (n_k,) uint8 and byte_offsets[k] (N_k + 1,)
-  // int64, the frames' bytes in host memory; rows[k] (steps, M_k) int64
+  // int64, the frames' bytes in host memory; files[k]: -1, or a file
+  // descriptor whose bytes from file_begins[k] on are values[k]'s, read from
+  // it with positional reads (values[k], a map of that file, is then never
+  // read); rows[k] (steps, M_k) int64
   // host, each step's window positions as row + 1 (0: no sample);
   // tables[k] (slots, 1 + F_k, H, W, C) uint8 on the decoder's device, F_k
   // the most distinct frames a step reads (row 0 of each slot is zeros: the
@@ -42,7 +45,8 @@ class FrameQueue : public torch::CustomClassHolder {
   // the caller's stream let go of steps ago, rather than just now); workers:
   // the threads (at most ahead). The steps of rows are numbered from 0.
   FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at::Tensor> values,
-             std::vector<at::Tensor> byte_offsets, std::vector<at::Tensor> rows,
+             std::vector<at::Tensor> byte_offsets, std::vector<int64_t> files,
+             std::vector<int64_t> file_begins, std::vector<at::Tensor> rows,
              std::vector<at::Tensor> tables, std::vector<at::Tensor> positions, int64_t ahead,
              int64_t workers);
   ~FrameQueue() override;
@@ -60,9 +64,10 @@ class FrameQueue : public torch::CustomClassHolder {
   // The step's table is no longer read once the work queued on the current
   // CUDA stream so far is done: its slot may take the step `slots` later.
   void release(int64_t step);
-  // (key, row, why) of the frame that did not decode; (-1, -1, why) for
-  // another error.
-  std::tuple<int64_t, int64_t, std::string> failure();
+  // (key, row, why, file_ends) of the frame that did not decode, or whose
+  // bytes the key's file ends inside (file_ends: it was cut after it was
+  // opened); (-1, -1, why, false) for another error.
+  std::tuple<int64_t, int64_t, std::string, bool> failure();
   // Stops the threads (after the steps they are decoding, if any); the
   // current CUDA stream then waits for the work they queued (once).
   void close();
@@ -86,12 +91,34 @@ class FrameQueue : public torch::CustomClassHolder {
   Extent extent_of(int64_t step);
   // Records a step that failed for `why` (not a frame's decode); true.
   bool fail(int64_t step, const std::string& why);
+  // Records a step that failed at key k's row (the first failure kept); false.
+  bool fail_at(int64_t step, int64_t k, int64_t row, const std::string& why, bool file_ends);
+  // The bytes of the targets whose keys are read from files (file_reads_[worker]),
+  // read into the worker's scratch; false where a file ends inside one.
+  bool read_files(int64_t step, int64_t worker, std::vector<FrameTarget>& targets,
+                  const std::vector<std::pair<int64_t, int64_t>>& owners);
   bool decode_step(int64_t step, int64_t worker, std::vector<FrameTarget>& targets,
                    std::vector<std::pair<int64_t, int64_t>>& owners);
 
   std::vector<c10::intrusive_ptr<FrameDecoder>> decoders_;  // one a worker
   std::vector<at::Tensor> values_, byte_offsets_, tables_, positions_, staged_;
   std::vector<int64_t> widths_;  // M_k: each key's window positions a step
+  std::vector<int64_t> files_, file_begins_;
+  // Each worker's reads of a step's frames from files: the target, where its
+  // bytes lie in the file, their length and where they land in its scratch
+  // (host memory: the decoders are done with a step's bytes when they return).
+  struct FileReads {
+    std::vector<size_t> target;
+    std::vector<int64_t> begins, lengths, at;
+    std::vector<uint8_t> scratch;
+    void clear() {
+      target.clear();
+      begins.clear();
+      lengths.clear();
+      at.clear();
+    }
+  };
+  std::vector<FileReads> file_reads_;
   int64_t slots_, ahead_;
   std::vector<c10::cuda::CUDAStream> work_streams_;  // one a worker
   cudaEvent_t start_ = nullptr;                      // the caller's stream when the queue was made
@@ -105,7 +132,7 @@ class FrameQueue : public torch::CustomClassHolder {
   std::vector<int64_t> decoded_as_;  // each slot: the step decoded into it (-1: none yet)
   int64_t released_steps_ = 0;       // steps released by the caller
   int64_t failed_step_ = -1;
-  std::tuple<int64_t, int64_t, std::string> failure_{-1, -1, ""};
+  std::tuple<int64_t, int64_t, std::string, bool> failure_{-1, -1, "", false};
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

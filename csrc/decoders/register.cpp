@@ -18,8 +18,9 @@ TORCH_LIBRARY_FRAGMENT(robocache, m) {
            [](const c10::intrusive_ptr<FrameDecoder>& self) { return self->batched_error(); });
   m.class_<FrameQueue>("FrameQueue")
       .def(torch::init<c10::intrusive_ptr<FrameDecoder>, std::vector<at::Tensor>,
+                       std::vector<at::Tensor>, std::vector<int64_t>, std::vector<int64_t>,
                        std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>,
-                       std::vector<at::Tensor>, int64_t, int64_t>())
+                       int64_t, int64_t>())
       .def("extend", &FrameQueue::extend)
       .def("take", &FrameQueue::take)
       .def("release", &FrameQueue::release)

@@ -12,6 +12,7 @@ TORCH_LIBRARY_FRAGMENT(robocache, m) {
       .def("submit_checks", &RowReader::submit_checks)
       .def("wait", &RowReader::wait)
       .def("read", &RowReader::read)
+      .def("read_extents", &RowReader::read_extents)
       .def("close", &RowReader::close)
       .def("pending", &RowReader::pending)
       .def("threads", [](const c10::intrusive_ptr<RowReader>& self) { return self->threads(); });

@@ -1,6 +1,7 @@
 #include "row_reader.h"
 
 #include "crc32.h"
+#include "extents.h"
 
 #include <robocache/error.h>
 #include <unistd.h>
@@ -30,24 +31,6 @@ struct Piece {
   int64_t base;
   bool gapped;
 };
-
-// Reads `bytes` at `offset` whole: 0, 1 where the file ends first, else errno.
-int read_fully(int fd, uint8_t* target, int64_t bytes, int64_t offset) {
-  while (bytes > 0) {
-    const size_t ask = static_cast<size_t>(std::min<int64_t>(bytes, int64_t{1} << 30));
-    const ssize_t got = ::pread(fd, target, ask, static_cast<off_t>(offset));
-    if (got > 0) {
-      offset += got;
-      target += got;
-      bytes -= got;
-    } else if (got == 0) {
-      return 1;
-    } else if (errno != EINTR) {
-      return errno == 0 ? EIO : errno;
-    }
-  }
-  return 0;
-}
 
 // The pieces of reading rows[0..count) (strictly increasing) of row_bytes
 // each, row r at begin + r * row_bytes, into base + i * row_bytes: rows
@@ -371,6 +354,30 @@ int64_t RowReader::read(int64_t fd, int64_t row_count, const at::Tensor& rows,
                         const std::vector<int64_t>& begins, const std::vector<int64_t>& row_bytes,
                         const at::Tensor& out, const std::vector<int64_t>& at) {
   return wait(submit(fd, row_count, rows, begins, row_bytes, out, at));
+}
+
+int64_t RowReader::read_extents(int64_t fd, const at::Tensor& begins, const at::Tensor& lengths,
+                                const at::Tensor& out, const at::Tensor& at) {
+  ROBOCACHE_CHECK_VALUE(fd >= 0, "RowReader.read_extents: fd must be an open file; got ", fd);
+  for (const at::Tensor* t : {&begins, &lengths, &at}) {
+    ROBOCACHE_CHECK_VALUE(t->device().is_cpu() && t->scalar_type() == at::kLong && t->dim() == 1 &&
+                              t->is_contiguous() && t->numel() == begins.numel(),
+                          "RowReader.read_extents: begins, lengths and at must be contiguous "
+                          "(n,) int64 CPU tensors of one length");
+  }
+  ROBOCACHE_CHECK_VALUE(
+      out.device().is_cpu() && out.scalar_type() == at::kByte && out.is_contiguous(),
+      "RowReader.read_extents: out must be a contiguous uint8 host tensor");
+  const int64_t n = begins.numel();
+  const int64_t *begin = begins.data_ptr<int64_t>(), *length = lengths.data_ptr<int64_t>(),
+                *place = at.data_ptr<int64_t>();
+  for (int64_t k = 0; k < n; ++k) {
+    ROBOCACHE_CHECK_VALUE(
+        begin[k] >= 0 && length[k] >= 0 && place[k] >= 0 && place[k] <= out.numel() - length[k],
+        "RowReader.read_extents: extent ", k, " (", length[k], " bytes at ", begin[k], " into ",
+        place[k], ") does not fit out's ", out.numel(), " bytes");
+  }
+  return io::read_extents(static_cast<int>(fd), begin, length, place, n, out.data_ptr<uint8_t>());
 }
 
 }  // namespace robocache::io

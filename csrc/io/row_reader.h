@@ -57,6 +57,15 @@ class RowReader : public torch::CustomClassHolder {
   int64_t submit_checks(int64_t fd, const std::vector<int64_t>& begins,
                         const std::vector<int64_t>& lengths, const std::vector<int64_t>& crcs);
 
+  // Reads byte extents of a file `fd` on the calling thread: extent k,
+  // `lengths[k]` bytes from byte `begins[k]`, lands in `out` (a contiguous
+  // uint8 host tensor) at byte `at[k]` (each an (n,) int64 CPU tensor).
+  // Extents that follow one another in the file and in `out` are read in
+  // one call. Returns -1 once all are read whole, else the first k that the
+  // file ends inside.
+  int64_t read_extents(int64_t fd, const at::Tensor& begins, const at::Tensor& lengths,
+                       const at::Tensor& out, const at::Tensor& at);
+
   // submit() and wait() in one call.
   int64_t read(int64_t fd, int64_t row_count, const at::Tensor& rows,
                const std::vector<int64_t>& begins, const std::vector<int64_t>& row_bytes,

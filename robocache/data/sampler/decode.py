@@ -19,6 +19,7 @@ device can find from the step alone: a CUDA graph replays the gather."""
 import torch
 
 from ..frames.decoders import decoder_for, nvimgcodec
+from ..store.rows import caller_reader
 from .cut import rows_around
 
 _WHERE = "WindowSampler"
@@ -27,10 +28,14 @@ _WHERE = "WindowSampler"
 class FrameKey:
     """One encoded key of a sampler: its plan, its stream's bytes and byte
     offsets, its decoder, and where each row lies (episode, frame) for
-    errors. Bytes held on a GPU are decoded from a pinned copy, made once."""
+    errors. Bytes held on a GPU are decoded from a pinned copy, made once.
+    ``mapped``: the key's rows of the store's file (a MappedRows) where the
+    key is mapped: its bytes are then read from the file with positional
+    reads, never through the map."""
 
-    def __init__(self, position, plan, stream, episode_index, decoding, device):
+    def __init__(self, position, plan, stream, episode_index, decoding, device, mapped=None):
         self.position, self.plan, self.encoding = position, plan, stream.encoding
+        self.mapped = mapped
         self.decoder = decoder_for(decoding, stream.encoding.codec, device)
         self.on_gpu = self.decoder.backend == "nvimgcodec"
         self.values = stream.values  # the frames' bytes, wherever they live
@@ -85,9 +90,11 @@ class FrameKey:
                             device=device)  # fmt: skip
         table[0].view(torch.uint8).zero_()  # bytes: any dtype, uint16 included
         if self.on_gpu:
-            self.decoder.decode_rows(
-                self.values, self.bounds, wanted, table[1:], self._namer(wanted)
-            )
+            values, bounds, rows = self.values, self.bounds, wanted
+            if self.mapped is not None:
+                values, bounds = self._read(wanted)
+                rows = torch.arange(wanted.numel())
+            self.decoder.decode_rows(values, bounds, rows, table[1:], self._namer(wanted))
         else:
             self.decoder.decode(
                 self._images(wanted), self.encoding, out=table[1:], name=self._namer(wanted)
@@ -116,11 +123,45 @@ class FrameKey:
             f"{row - int(self.offsets[e])} (row {row})"
         )
 
+    def file_ends(self, row):
+        """The error for row ``row``'s bytes, which the store's file ends
+        inside (it was cut after it was loaded)."""
+        e = int(torch.searchsorted(self.offsets[1:], row, right=True))
+        return self.mapped.file.short_read(
+            f"the bytes of key {self.plan.key!r}, episode {int(self.episode_index[e])}, frame "
+            f"{row - int(self.offsets[e])}"
+        )
+
+    @property
+    def file(self):
+        """(file descriptor, the byte of the file where the values begin),
+        or (-1, 0) where the key is not mapped."""
+        return (-1, 0) if self.mapped is None else (self.mapped.file.fd, self.mapped.begin)
+
+    def _read(self, rows):
+        """(values, bounds): the encoded bytes of ``rows`` (sorted) read
+        from the store's file in one native call, end to end, and where
+        each one's lie in them."""
+        begin = self.bounds[rows]
+        lengths = self.bounds[rows + 1] - begin
+        at = torch.cumsum(lengths, 0) - lengths
+        values = torch.empty(int(lengths.sum()), dtype=torch.uint8, pin_memory=self.on_gpu)
+        cut = caller_reader().read_extents(
+            self.mapped.file.fd, begin + self.mapped.begin, lengths, values, at
+        )
+        if cut >= 0:
+            raise self.file_ends(int(rows[cut]))
+        return values, torch.cat([at, at.new_full((1,), values.numel())])
+
     def _images(self, rows):
-        """The encoded bytes of each row, as buffers (host values are not copied)."""
+        """The encoded bytes of each row, as buffers (host values are not
+        copied; a mapped key's are read from the file)."""
         begin, end = self.bounds[rows], self.bounds[rows + 1]
         values = self.values
-        if values.is_cuda:  # one gather on the GPU, then one copy
+        if self.mapped is not None:
+            values, bounds = self._read(rows)
+            begin, end = bounds[:-1], bounds[1:]
+        elif values.is_cuda:  # one gather on the GPU, then one copy
             spans = end - begin
             starts = torch.cumsum(spans, 0) - spans
             where = torch.arange(int(spans.sum())) - starts.repeat_interleave(spans)
@@ -212,7 +253,7 @@ class DecodeAhead:
         none = [torch.zeros((0, tables.batch_size * W), dtype=torch.int64) for W in tables.windows]
         self.queue = self.keys[0].decoder.queue(
             [k.values for k in self.keys], [k.bounds for k in self.keys], none, tables.tables,
-            tables.positions, tables.ahead,
+            tables.positions, tables.ahead, files=[k.file for k in self.keys],
         )  # fmt: skip
         tables.busy = True
         try:
@@ -257,10 +298,12 @@ class DecodeAhead:
     def take(self, step):
         slot = self.queue.take(step)
         if slot < 0:
-            k, row, why = self.queue.failure()
+            k, row, why, file_ends = self.queue.failure()
             if k < 0:
                 raise RuntimeError(f"{_WHERE}: the GPU frame decoder failed: {why}")
             key = self.keys[k]
+            if file_ends:
+                raise key.file_ends(row)
             raise ValueError(f"{key.where(row)}: the jpeg frame does not decode: {why}")
         return slot
 

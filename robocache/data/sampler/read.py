@@ -47,8 +47,9 @@ class Reader:
         self.batch_size = batch_size
         self.tables = None  # the GPU-decoded keys' DecodeTables, made by the first iteration
         episode_index = store.episodes["episode_index"]
+        mapped = {k: store.mapped_rows[k] for k in store.mapped}
         frames = [
-            FrameKey(k, p, store[p.key], episode_index, decoding, device)
+            FrameKey(k, p, store[p.key], episode_index, decoding, device, mapped.get(p.key))
             for k, p in enumerate(plans)
             if p.encoded
         ]

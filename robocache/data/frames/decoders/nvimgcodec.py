@@ -205,12 +205,17 @@ class GpuDecoder:
             return self.decode_rows(values, byte_offsets, rows, out.view(-1, *out.shape[-3:]),
                                     name, encoding.codec).view(out.shape)  # fmt: skip
 
-    def queue(self, values, byte_offsets, rows, tables, positions, ahead, workers=QUEUE_WORKERS):
+    def queue(self, values, byte_offsets, rows, tables, positions, ahead, workers=QUEUE_WORKERS,
+              files=None):  # fmt: skip
         """A native FrameQueue decoding up to ``ahead`` steps past the last
         one released, on ``workers`` threads, into the tables' ring of
         slots (at least ``ahead + SLOTS_BEHIND``; see
-        csrc/decoders/frame_queue.h)."""
+        csrc/decoders/frame_queue.h). ``files``: per key, (-1, 0), or (a
+        file descriptor, the byte where the key's values begin in it) to
+        read its bytes from with positional reads."""
         workers = max(1, min(workers, ahead))
+        files = files or [(-1, 0)] * len(values)
         return torch.classes.robocache.FrameQueue(
-            self.native, values, byte_offsets, rows, tables, positions, ahead, workers
-        )
+            self.native, values, byte_offsets, [f for f, _ in files], [b for _, b in files], rows,
+            tables, positions, ahead, workers,
+        )  # fmt: skip

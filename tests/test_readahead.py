@@ -128,12 +128,15 @@ def test_mapped_rows_cut_on_the_gpu_are_the_windows_on_the_gpu(tmp_path, prefetc
 
 
 @requires_cuda
+@pytest.mark.parametrize("anchor_place", ["cuda", "mapped"])
 @pytest.mark.parametrize("prefetch", [None, 0])
-def test_mapped_rows_cut_in_cuda_graphs_are_the_windows_on_the_gpu(tmp_path, prefetch):
+def test_mapped_rows_cut_in_cuda_graphs_are_the_windows_on_the_gpu(tmp_path, prefetch,
+                                                                   anchor_place):  # fmt: skip
     store = make_store()
     store.save(tmp_path)
-    # The anchors on the GPU: every key is cut there, in graphs.
-    mapped = EpisodeStore.load(tmp_path, placement={"anchor": "cuda"})
+    # Every key is cut on the GPU, in graphs, whether the anchor stream's
+    # index lies there or stays on the host (a mapped key's).
+    mapped = EpisodeStore.load(tmp_path, placement={"anchor": anchor_place})
     modes = {"cam": "nearest", "joints": "linear", "force": "nearest"}
     kw = dict(device="cuda", prefetch=prefetch, tolerance_s={"joints": 0.04}, shuffle=False,
               modes=modes, anchor="anchor", batch_size=4, seed=3, key_age=True)  # fmt: skip
@@ -160,6 +163,48 @@ def test_mapped_rows_cut_in_cuda_graphs_are_the_windows_on_the_gpu(tmp_path, pre
         torch.cuda.synchronize()
     assert sampler.graphs and all(n >= 1 for n in sampler.graphs.values())
     assert sampler._batches.reader.static is not None
+
+
+@requires_cuda
+@pytest.mark.parametrize("cuda_graph", [None, False])
+def test_mapped_rows_land_in_a_bounded_ring_of_pinned_buffers(tmp_path, monkeypatch, cuda_graph):
+    store = make_store()
+    store.save(tmp_path)
+    mapped = EpisodeStore.load(tmp_path)
+    modes = {"cam": "nearest", "joints": "linear", "force": "nearest"}
+    kw = dict(device="cuda", shuffle=False, modes=modes, anchor="anchor", batch_size=2, seed=3,
+              read_ahead=1)  # fmt: skip
+    want = [{k: v.clone() for k, v in b.items()} for b in WindowSampler(store.to("cuda"), DELTAS,
+                                                                       cuda_graph=False, **kw)]  # fmt: skip
+    sampler = WindowSampler(mapped, DELTAS, cuda_graph=cuda_graph, **kw)
+    assert "the rows of each batch in a ring of 4 pinned buffers (" in repr(sampler)
+    finders = len(sampler._batches.reader.finders)
+    pinned = []
+    empty = torch.empty
+
+    def counted(*args, **kwargs):
+        if kwargs.get("pin_memory"):
+            pinned.append(args)
+        return empty(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "empty", counted)
+    epochs = 3
+    for _ in range(epochs):
+        busy = torch.cuda.Stream()
+        with torch.cuda.stream(busy):  # another stream keeps the GPU busy meanwhile
+            big = torch.randn(2048, 2048, device="cuda")
+            for _ in range(20):
+                big = big @ big / 2048
+        same_batches([{k: v.clone() for k, v in b.items()} for b in sampler], want)
+    torch.cuda.synchronize()
+    # The sampler makes its ring once; no batch allocates pinned memory.
+    assert len(want) > 4 and len(pinned) == 4 * finders
+    # An iteration opened while another reads into the ring has one of its own.
+    first, second = iter(sampler), iter(sampler)
+    a, b = next(first), next(second)
+    assert sampler._batches.reader.ring.busy and len(pinned) == 8 * finders
+    same_batches([{k: v.clone() for k, v in x.items()} for x in (a, b)], want[:1] * 2)
+    del first, second
 
 
 def test_a_shard_reads_its_own_rows(tmp_path):

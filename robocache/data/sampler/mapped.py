@@ -24,6 +24,9 @@ from .cut import rows_around
 # Batches whose rows are found at once: the host's cut over row numbers runs
 # once a chunk, not once a batch.
 CHUNK_BATCHES = 16
+# Pinned buffers of an iteration's ring past the read_ahead + 1 batches read
+# or waited for: those whose copies to the GPU may still be queued.
+RING_SPARE = 2
 
 
 class MappedKey:
@@ -114,18 +117,35 @@ class RowFinder:
                 pending.append((checks, checks.submit(reader, episodes, token)))
         return pending
 
-    def submit(self, reader, found, pin):
-        """Hands the read of rows ``found`` of every key to ``reader``, into
-        one buffer (pinned where ``pin``): (ticket, streams), key position
-        -> (values, times, offsets) of the packed stream, its index (the
-        offsets, then the times) filled now."""
-        count, edges = found.numel(), self.offsets.numel()
-        keys = self.keys
-        sizes = [key.rows.row_bytes * count for key in keys]
-        at = [_aligned(8 * (edges + count))]
+    def _layout(self, count):
+        """(where each key's rows begin, their sizes) in a buffer of
+        ``count`` rows: the index (offsets, then times) first."""
+        sizes = [key.rows.row_bytes * count for key in self.keys]
+        at = [_aligned(8 * (self.offsets.numel() + count))]
         for size in sizes[:-1]:
             at.append(at[-1] + _aligned(size))
-        buffer = torch.empty(at[-1] + sizes[-1], dtype=torch.uint8, pin_memory=pin)
+        return at, sizes
+
+    def buffer_bytes(self, batch_size):
+        """The bytes a buffer of the most rows a batch reads needs (None
+        where there is no such bound: mode "mean")."""
+        rows = capacity(self, batch_size)
+        if rows is None:
+            return None
+        at, sizes = self._layout(rows)
+        return at[-1] + sizes[-1]
+
+    def submit(self, reader, found, pin, buffer=None):
+        """Hands the read of rows ``found`` of every key to ``reader``, into
+        ``buffer`` (uint8, large enough) or one made now (pinned where
+        ``pin``): (ticket, streams), key position -> (values, times,
+        offsets) of the packed stream, its index (the offsets, then the
+        times) filled now."""
+        count, edges = found.numel(), self.offsets.numel()
+        keys = self.keys
+        at, sizes = self._layout(count)
+        if buffer is None:
+            buffer = torch.empty(at[-1] + sizes[-1], dtype=torch.uint8, pin_memory=pin)
         index = buffer[: 8 * (edges + count)].view(torch.int64)
         offsets, times = index[:edges], index[edges:]
         torch.searchsorted(found, self.offsets, out=offsets)
@@ -168,25 +188,71 @@ def finders_of(store, plans):
     return finders
 
 
+class PinnedRing:
+    """Pinned buffers that batches' mapped rows land in, made once: batch b
+    of an iteration in slot ``b % slots`` (one buffer a finder, as many
+    bytes as a batch reads at most). ``used(b)`` says the work queued on the
+    current CUDA stream has copied batch b's rows; the slot is read into
+    again once that work is done (waited for on the host only where it is
+    not). ``busy``: an iteration reads into it."""
+
+    def __init__(self, finders, batch_size, slots):
+        self.slots, self.busy = slots, False
+        sizes = [f.buffer_bytes(batch_size) for f in finders]
+        self.buffers = [
+            [torch.empty(size, dtype=torch.uint8, pin_memory=True) for size in sizes]
+            for _ in range(slots)
+        ]
+        self.copied = [None] * slots
+        self.bytes = slots * sum(sizes)
+
+    def take(self, b):
+        """Batch b's buffers, once the GPU is done copying from them."""
+        slot = b % self.slots
+        copied = self.copied[slot]
+        if copied is not None and not copied.query():
+            copied.synchronize()
+        return self.buffers[slot]
+
+    def used(self, b):
+        slot = b % self.slots
+        if self.copied[slot] is None:
+            self.copied[slot] = torch.cuda.Event()
+        self.copied[slot].record()
+
+
 class MappedReads:
     """Batches' mapped rows handed to a native reader: ``submit(b, found)``
     for each finder's rows, then ``wait(b)``, the batch's streams (key
-    position -> (values, times, offsets))."""
+    position -> (values, times, offsets)). They land in ``ring`` (a
+    PinnedRing; ``used(b)`` once batch b's copies are queued), or else in
+    a buffer of their own a batch (pinned where ``pin``)."""
 
-    def __init__(self, finders, reader, pin):
-        self.finders, self.reader, self.pin = finders, reader, pin
+    def __init__(self, finders, reader, pin, ring=None):
+        self.finders, self.reader, self.pin, self.ring = finders, reader, pin, ring
         self.pending = {}
         # The episodes this reader has asked to check are marked with it: a
         # later batch reading one waits for an earlier batch, which waits
         # for its check.
         self.token = new_token()
 
+    def _buffers(self, b):
+        if self.ring is None or b < 0:
+            return [None] * len(self.finders)
+        return self.ring.take(b)
+
+    def used(self, b):
+        """The work queued on the current CUDA stream has copied batch b's rows."""
+        if self.ring is not None and b >= 0:
+            self.ring.used(b)
+
     def submit(self, b, found):
         token = self.token
         self.pending[b] = [
-            (f, f.submit_checks(self.reader, rows, token), *f.submit(self.reader, rows, self.pin))
-            for f, rows in zip(self.finders, found)
-        ]
+            (f, f.submit_checks(self.reader, rows, token),
+             *f.submit(self.reader, rows, self.pin, buffer))
+            for f, rows, buffer in zip(self.finders, found, self._buffers(b))
+        ]  # fmt: skip
 
     def wait(self, b):
         """Batch b's streams, once its checks and reads are done: every one
@@ -228,11 +294,15 @@ class MappedAhead:
     """An epoch's mapped rows, read ``depth`` batches ahead: ``get(i)``
     hands batch i + depth to the reader and waits for batch i's streams;
     ``close()`` ends the reader's threads. The rows wait in memory of their
-    own, ``depth`` + 1 batches at most (pinned where ``pin``)."""
+    own, ``depth`` + 1 batches at most: in ``ring`` (a PinnedRing of at
+    least ``depth`` + 1 slots; ``used(i)`` once batch i's copies are
+    queued), or in a buffer a batch."""
 
-    def __init__(self, finders, anchor, edge_tolerance, parts, depth, reader, pin):
+    def __init__(self, finders, anchor, edge_tolerance, parts, depth, reader, pin, ring=None):
         self.anchor, self.edge, self.parts, self.depth = anchor, edge_tolerance, parts, depth
-        self.reads = MappedReads(finders, reader, pin)
+        self.reads = MappedReads(finders, reader, pin, ring)
+        if ring is not None:
+            ring.busy = True
         self.chunk = None  # (first batch, [(rows, bounds) per finder])
         for b in range(min(depth, len(parts))):
             self._submit(b)
@@ -260,10 +330,16 @@ class MappedAhead:
             self._submit(i)
         return self.reads.wait(i)
 
+    def used(self, i):
+        """Batch i's rows are copied by the work queued on the current CUDA stream."""
+        self.reads.used(i)
+
     def close(self):
         try:
             self.reads.reader.close()
         finally:
+            if self.reads.ring is not None:
+                self.reads.ring.busy = False
             self.reads.release()
 
 

@@ -19,7 +19,15 @@ import torch
 
 from ..store.rows import caller_reader, row_reader
 from .decode import DecodeAhead, DecodedEpoch, DecodeTables, FrameKey
-from .mapped import MappedAhead, MappedReads, StaticRows, capacity, finders_of
+from .mapped import (
+    RING_SPARE,
+    MappedAhead,
+    MappedReads,
+    PinnedRing,
+    StaticRows,
+    capacity,
+    finders_of,
+)
 
 # The row reader's threads (and the thread waiting for a batch beside them).
 READ_THREADS = 8
@@ -63,6 +71,7 @@ class Reader:
         self.mapped_on_gpu = device is not None and device.type == "cuda" and bool(self.mapped)
         self.stand_ins = {}
         self.static = None  # the StaticRows of the sampler's graphs
+        self.ring = None  # the PinnedRing the mapped rows read ahead land in
         if self.mapped_on_gpu:
             index = device.index if device.index is not None else torch.cuda.current_device()
             for key in self.mapped:
@@ -118,7 +127,8 @@ class Reader:
         try:
             if self.mapped:
                 ahead.mapped = MappedAhead(self.finders, anchor, edge_tolerance, indices, depth,
-                                           row_reader(READ_THREADS), self.mapped_on_gpu)  # fmt: skip
+                                           row_reader(READ_THREADS), self.mapped_on_gpu,
+                                           self.pinned_ring(depth))  # fmt: skip
             if self.frames:
                 ahead.host = HostDecodeAhead(self.frames, anchor, edge_tolerance, indices, depth)
             ahead.gpu = decoded
@@ -130,6 +140,20 @@ class Reader:
             ahead.close(keep_decoding=decoded is not None)
             raise
         return ahead
+
+    def pinned_ring(self, depth):
+        """The PinnedRing an iteration reading ``depth`` batches ahead reads
+        its mapped rows into (None where batches do not go to a GPU, or
+        have no bound on the rows they read): the one kept, made the first
+        time, or, while another iteration reads into it, one of its own."""
+        if not self.mapped_graphable:
+            return None
+        slots = depth + 1 + RING_SPARE
+        if self.ring is None or self.ring.slots != slots:
+            self.ring = PinnedRing(self.finders, self.batch_size, slots)
+        if self.ring.busy:
+            return PinnedRing(self.finders, self.batch_size, slots)
+        return self.ring
 
     def decode_tables(self, depth):
         """The GPU-decoded keys' DecodeTables for an iteration reading
@@ -180,6 +204,13 @@ class Ahead:
         if self.gpu is not None:
             rows.decoded = self.gpu.get(i)
         return rows
+
+    def used(self, i):
+        """Batch i's mapped rows are copied by the work queued on the
+        current CUDA stream (their pinned buffer may be read into again
+        once it is done)."""
+        if self.mapped is not None:
+            self.mapped.used(i)
 
     def close(self, keep_decoding=False):
         """Stops the work; the GPU's queue goes on where ``keep_decoding``

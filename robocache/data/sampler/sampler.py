@@ -12,6 +12,7 @@ import torch
 
 from ..mixture import Mixture
 from . import plan
+from .mapped import RING_SPARE
 from .mixture_batches import MixtureBatches
 from .store_batches import StoreBatches
 
@@ -291,11 +292,16 @@ class WindowSampler:
         if reader is not None and reader.mapped:
             depth = self._batches.options.read_ahead
             keys = [key.plan.key for key in reader.mapped]
-            where = "pinned memory" if reader.mapped_on_gpu else "host memory"
-            text += (
-                f"; mapped {keys} read from the file {depth} batches ahead, the rows of at most "
-                f"{depth + 1} batches in {where} at once"
-            )
+            text += f"; mapped {keys} read from the file {depth} batches ahead, the rows of "
+            if reader.mapped_graphable and depth:  # a ring of pinned buffers, each iteration's
+                ring = depth + 1 + RING_SPARE
+                size = sum(f.buffer_bytes(self._batches.batch_size) for f in reader.finders)
+                text += (
+                    f"each batch in a ring of {ring} pinned buffers ({ring * size / 2**20:.1f} MiB)"
+                )
+            else:
+                where = "pinned memory" if reader.mapped_on_gpu else "host memory"
+                text += f"at most {depth + 1} batches in {where} at once"
         return text + ")"
 
     # -- copies ----------------------------------------------------------------------

@@ -80,8 +80,9 @@ class StoreBatches:
         anchor_stream = store[self.anchor]
         offsets, times = anchor_stream.offsets, anchor_stream.times
         cut_on_host = any(p.cut_on.type == "cpu" for p in self.plans)
-        # Every key cut on the GPU, from anchors there.
-        self.cut_on_gpu = offsets.is_cuda and not cut_on_host
+        # Every key cut on the GPU (the anchor stream's index may stay on the
+        # host: a mapped key's; the cut holds a copy of it there).
+        self.cut_on_gpu = not cut_on_host
         # Keys cut on the host, or whose batches' rows the host finds for the
         # GPU's decoder: the anchors on the host, so that nothing the host
         # needs is read back from the GPU.
@@ -229,9 +230,13 @@ class StoreBatches:
         generator = None
         if self.shuffle:
             generator = order.epoch_generator(self.anchors, self.seed, epoch, self.rank, sharded)
-        return order.epoch_order(
+        anchors = order.epoch_order(
             self.anchors, self._per_rank, self.rank, self.world_size, sharded, generator
         )
+        if self.cut_on_gpu and not anchors.is_cuda and self.device.type == "cuda":
+            # Each batch's anchors are copied to the GPU without waiting for it.
+            anchors = anchors.pin_memory()
+        return anchors
 
     def _parts(self, anchors):
         return order.EpochParts(anchors, self.batch_size, len(self))
@@ -315,7 +320,9 @@ class StoreBatches:
                     # Cut without a graph, whose inputs it shares.
                     if reader is None:
                         return self.batch(anchors[i * B : (i + 1) * B])
-                    return self.batch(parts[i], reader.get(i))
+                    batch = self.batch(parts[i], reader.get(i))
+                    reader.used(i)
+                    return batch
                 if i == 0:
                     cursor.load(anchors)
                     if decoded is not None:
@@ -328,6 +335,8 @@ class StoreBatches:
                 if decoded is not None:
                     decoded.take(i)  # batch i's frames, ready on this stream
                 batch = rings[i]()
+                if static is not None:
+                    reader.used(i)
                 if decoded is not None:
                     decoded.release(i)
                 if static is not None:
@@ -337,7 +346,10 @@ class StoreBatches:
 
             def make_batch(i):
                 rows = reader.get(i) if reader is not None else None
-                return self.batch(parts[i], rows, step=first_step + i)
+                batch = self.batch(parts[i], rows, step=first_step + i)
+                if reader is not None:
+                    reader.used(i)
+                return batch
 
         def make(i):
             batch = make_batch(i)

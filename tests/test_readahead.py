@@ -259,6 +259,38 @@ def test_the_threads_end_with_the_iteration(tmp_path):
     assert (threading.active_count(), os_threads(before[1])) == before
 
 
+LEFT_OPEN = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_readahead import DELTAS
+from robocache.data import EpisodeStore, WindowSampler
+
+sampler = WindowSampler(EpisodeStore.load({folder!r}), DELTAS, anchor="anchor", batch_size=4,
+                        read_ahead=2)
+
+
+def endless():
+    while True:
+        yield from sampler
+
+
+batches = endless()
+next(batches)
+"""
+
+
+def test_an_iteration_left_open_at_exit_ends_cleanly(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    make_store().save(tmp_path)
+    code = LEFT_OPEN.format(tests=str(Path(__file__).parent), folder=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "Exception ignored" not in done.stderr, done.stderr[-2000:]
+
+
 def test_rows_are_read_in_runs(tmp_path):
     values = torch.arange(40 * 6, dtype=torch.int16).view(40, 6)
     path = tmp_path / "rows.bin"

@@ -12,6 +12,8 @@
   keys, or on the GPU, decoded ahead by a native queue.
 """
 
+import atexit
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -189,6 +191,18 @@ class Reader:
                 outs[f.position] = f.frames(outs[f.position], rows.frames.get(f.position))
 
 
+# The read aheads of iterations still open: stopped at exit, before the
+# interpreter tears down what stopping them needs (an iteration left open
+# is otherwise closed during that teardown, and fails).
+_OPEN = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open():
+    for ahead in list(_OPEN):
+        ahead.close()
+
+
 class Ahead:
     """The read ahead of an iteration: a MappedAhead's (mapped keys), a
     HostDecodeAhead's (frames decoded on the host) and a DecodeAhead's
@@ -196,6 +210,8 @@ class Ahead:
 
     def __init__(self):
         self.mapped = self.host = self.gpu = None
+        self.closed = False
+        _OPEN.add(self)
 
     def get(self, i):
         rows = self.host.get(i) if self.host is not None else Rows()
@@ -213,8 +229,12 @@ class Ahead:
             self.mapped.used(i)
 
     def close(self, keep_decoding=False):
-        """Stops the work; the GPU's queue goes on where ``keep_decoding``
-        (its steps run on into a next epoch's)."""
+        """Stops the work (once); the GPU's queue goes on where
+        ``keep_decoding`` (its steps run on into a next epoch's)."""
+        if self.closed:
+            return
+        self.closed = True
+        _OPEN.discard(self)
         try:
             if self.gpu is not None and not keep_decoding:
                 self.gpu.close()

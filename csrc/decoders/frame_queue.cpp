@@ -8,8 +8,6 @@
 
 #include <robocache/error.h>
 
-#include "../io/extents.h"
-
 namespace robocache::decoders {
 namespace {
 
@@ -283,35 +281,6 @@ bool FrameQueue::fail_at(int64_t step, int64_t k, int64_t row, const std::string
     failure_ = {k, row, why, file_ends};
   }
   return false;
-}
-
-bool FrameQueue::read_files(int64_t step, int64_t worker, std::vector<FrameTarget>& targets,
-                            const std::vector<std::pair<int64_t, int64_t>>& owners) {
-  FileReads& reads = file_reads_[static_cast<size_t>(worker)];
-  const size_t n = reads.target.size();
-  if (n == 0) {
-    return true;
-  }
-  reads.scratch.resize(static_cast<size_t>(reads.at.back() + reads.lengths.back()));
-  // A key's reads lie together: one call a key.
-  for (size_t first = 0, end = 0; first < n; first = end) {
-    const int64_t k = owners[reads.target[first]].first;
-    end = first + 1;
-    while (end < n && owners[reads.target[end]].first == k) {
-      ++end;
-    }
-    const int64_t cut = io::read_extents(static_cast<int>(files_[k]), reads.begins.data() + first,
-                                         reads.lengths.data() + first, reads.at.data() + first,
-                                         static_cast<int64_t>(end - first), reads.scratch.data());
-    if (cut >= 0) {
-      return fail_at(step, k, owners[reads.target[first + cut]].second,
-                     "the file ends inside this frame's bytes", true);
-    }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    targets[reads.target[i]].data = reads.scratch.data() + reads.at[i];
-  }
-  return true;
 }
 
 bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarget>& targets,

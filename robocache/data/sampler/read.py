@@ -20,16 +20,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..store.rows import caller_reader, row_reader
+from .buffers import RING_SPARE, PinnedRing, StaticRows, capacity
 from .decode import DecodeAhead, DecodedEpoch, DecodeTables, FrameKey
-from .mapped import (
-    RING_SPARE,
-    MappedAhead,
-    MappedReads,
-    PinnedRing,
-    StaticRows,
-    capacity,
-    finders_of,
-)
+from .mapped import MappedAhead, MappedReads, finders_of
 
 # The row reader's threads (and the thread waiting for a batch beside them).
 READ_THREADS = 8

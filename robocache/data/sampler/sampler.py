@@ -12,7 +12,7 @@ import torch
 
 from ..mixture import Mixture
 from . import plan
-from .mapped import RING_SPARE
+from .buffers import RING_SPARE
 from .mixture_batches import MixtureBatches
 from .store_batches import StoreBatches
 

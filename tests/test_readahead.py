@@ -190,11 +190,9 @@ def test_mapped_rows_land_in_a_bounded_ring_of_pinned_buffers(tmp_path, monkeypa
     monkeypatch.setattr(torch, "empty", counted)
     epochs = 3
     for _ in range(epochs):
-        busy = torch.cuda.Stream()
-        with torch.cuda.stream(busy):  # another stream keeps the GPU busy meanwhile
-            big = torch.randn(2048, 2048, device="cuda")
-            for _ in range(20):
-                big = big @ big / 2048
+        # The sampler's own stream held up: the host runs ahead of its copies,
+        # so a buffer read into before the GPU copied from it would show.
+        torch.cuda._sleep(200_000_000)
         same_batches([{k: v.clone() for k, v in b.items()} for b in sampler], want)
     torch.cuda.synchronize()
     # The sampler makes its ring once; no batch allocates pinned memory.
@@ -205,6 +203,21 @@ def test_mapped_rows_land_in_a_bounded_ring_of_pinned_buffers(tmp_path, monkeypa
     assert sampler._batches.reader.ring.busy and len(pinned) == 8 * finders
     same_batches([{k: v.clone() for k, v in x.items()} for x in (a, b)], want[:1] * 2)
     del first, second
+
+
+@requires_cuda
+def test_an_anchor_left_on_the_host_with_every_key_on_the_gpu(tmp_path):
+    store = make_store()
+    placed = store.place({"anchor": "cpu", "*": "cuda"})
+    kw = dict(anchor="anchor", batch_size=4, seed=3, device="cuda", shuffle=False)
+    reference = WindowSampler(store.to("cuda"), DELTAS, **kw)
+    sampler = WindowSampler(placed, DELTAS, **kw)
+    index = torch.tensor([0, 5, 11, 20])
+    for _ in range(2):  # a graph, where one is captured, replays the new index
+        same_batches([sampler.batch_at(index)], [reference.batch_at(index)])
+        index = index.flip(0)
+    same_batches([{k: v.clone() for k, v in b.items()} for b in sampler],
+                 [{k: v.clone() for k, v in b.items()} for b in reference])  # fmt: skip
 
 
 def test_a_shard_reads_its_own_rows(tmp_path):

@@ -14,13 +14,14 @@ RING_SPARE = 2
 class PinnedRing:
     """Pinned buffers that batches' mapped rows land in, made once: batch b
     of an iteration in slot ``b % slots`` (one buffer a finder, as many
-    bytes as a batch reads at most). ``used(b)`` says the work queued on the
-    current CUDA stream has copied batch b's rows; the slot is read into
-    again once that work is done (waited for on the host only where it is
-    not). ``busy``: an iteration reads into it."""
+    bytes as a batch reads at most). ``used(b, cuda_stream)`` says the work
+    queued on ``cuda_stream`` (default: ``device``'s current stream) copies
+    batch b's rows; the slot is read into again once that work is done
+    (waited for on the host only where it is not). ``busy``: an iteration
+    reads into it."""
 
-    def __init__(self, finders, batch_size, slots):
-        self.slots, self.busy = slots, False
+    def __init__(self, finders, batch_size, slots, device):
+        self.slots, self.busy, self.device = slots, False, device
         sizes = [f.buffer_bytes(batch_size) for f in finders]
         self.buffers = [
             [torch.empty(size, dtype=torch.uint8, pin_memory=True) for size in sizes]
@@ -37,11 +38,11 @@ class PinnedRing:
             copied.synchronize()
         return self.buffers[slot]
 
-    def used(self, b):
+    def used(self, b, cuda_stream=None):
         slot = b % self.slots
         if self.copied[slot] is None:
             self.copied[slot] = torch.cuda.Event()
-        self.copied[slot].record()
+        self.copied[slot].record(cuda_stream or torch.cuda.current_stream(self.device))
 
 
 class StaticRows:

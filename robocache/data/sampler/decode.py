@@ -21,6 +21,7 @@ import torch
 from ..frames.decoders import decoder_for, nvimgcodec
 from ..store.rows import caller_reader
 from .cut import rows_around
+from .open_work import track, untrack
 
 _WHERE = "WindowSampler"
 
@@ -145,7 +146,7 @@ class FrameKey:
         begin = self.bounds[rows]
         lengths = self.bounds[rows + 1] - begin
         at = torch.cumsum(lengths, 0) - lengths
-        values = torch.empty(int(lengths.sum()), dtype=torch.uint8, pin_memory=self.on_gpu)
+        values = torch.empty(int(lengths.sum()), dtype=torch.uint8)
         cut = caller_reader().read_extents(
             self.mapped.file.fd, begin + self.mapped.begin, lengths, values, at
         )
@@ -256,6 +257,7 @@ class DecodeAhead:
             tables.positions, tables.ahead, files=[k.file for k in self.keys],
         )  # fmt: skip
         tables.busy = True
+        track(self)  # a queue left running is stopped at exit
         try:
             self.extend(parts)
         except BaseException:
@@ -319,6 +321,7 @@ class DecodeAhead:
 
     def close(self):
         if self.queue is not None:
+            untrack(self)
             self.queue.close()
             self.tables.busy = False
             self.queue = None

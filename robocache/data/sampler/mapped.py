@@ -206,10 +206,11 @@ class MappedReads:
             return [None] * len(self.finders)
         return self.ring.take(b)
 
-    def used(self, b):
-        """The work queued on the current CUDA stream has copied batch b's rows."""
+    def used(self, b, cuda_stream=None):
+        """The work queued on ``cuda_stream`` (default: the current one)
+        copies batch b's rows."""
         if self.ring is not None and b >= 0:
-            self.ring.used(b)
+            self.ring.used(b, cuda_stream)
 
     def submit(self, b, found):
         token = self.token
@@ -266,11 +267,15 @@ class MappedAhead:
     def __init__(self, finders, anchor, edge_tolerance, parts, depth, reader, pin, ring=None):
         self.anchor, self.edge, self.parts, self.depth = anchor, edge_tolerance, parts, depth
         self.reads = MappedReads(finders, reader, pin, ring)
+        self.chunk = None  # (first batch, [(rows, bounds) per finder])
         if ring is not None:
             ring.busy = True
-        self.chunk = None  # (first batch, [(rows, bounds) per finder])
-        for b in range(min(depth, len(parts))):
-            self._submit(b)
+        try:
+            for b in range(min(depth, len(parts))):
+                self._submit(b)
+        except BaseException:
+            self.close()
+            raise
 
     def _found(self, b):
         """Each finder's rows of batch b, found a chunk of batches at a time."""
@@ -295,9 +300,10 @@ class MappedAhead:
             self._submit(i)
         return self.reads.wait(i)
 
-    def used(self, i):
-        """Batch i's rows are copied by the work queued on the current CUDA stream."""
-        self.reads.used(i)
+    def used(self, i, cuda_stream=None):
+        """Batch i's rows are copied by the work queued on ``cuda_stream``
+        (default: the current one)."""
+        self.reads.used(i, cuda_stream)
 
     def close(self):
         try:

@@ -12,8 +12,6 @@
   keys, or on the GPU, decoded ahead by a native queue.
 """
 
-import atexit
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -23,6 +21,7 @@ from ..store.rows import caller_reader, row_reader
 from .buffers import RING_SPARE, PinnedRing, StaticRows, capacity
 from .decode import DecodeAhead, DecodedEpoch, DecodeTables, FrameKey
 from .mapped import MappedAhead, MappedReads, finders_of
+from .open_work import track, untrack
 
 # The row reader's threads (and the thread waiting for a batch beside them).
 READ_THREADS = 8
@@ -90,12 +89,16 @@ class Reader:
             capacity(f, self.batch_size) is not None for f in self.finders
         )
 
+    @property
+    def mapped_device(self):
+        """The GPU the mapped keys are cut on."""
+        return self.mapped[0].plan.cut_on
+
     def static_rows(self):
         """The StaticRows the sampler's graphs cut mapped keys from (made
         the first time)."""
         if self.static is None:
-            device = self.mapped[0].plan.cut_on
-            self.static = StaticRows(self.finders, self.batch_size, device)
+            self.static = StaticRows(self.finders, self.batch_size, self.mapped_device)
         return self.static
 
     def mapped_now(self, index, anchor, edge_tolerance):
@@ -145,9 +148,9 @@ class Reader:
             return None
         slots = depth + 1 + RING_SPARE
         if self.ring is None or self.ring.slots != slots:
-            self.ring = PinnedRing(self.finders, self.batch_size, slots)
+            self.ring = PinnedRing(self.finders, self.batch_size, slots, self.mapped_device)
         if self.ring.busy:
-            return PinnedRing(self.finders, self.batch_size, slots)
+            return PinnedRing(self.finders, self.batch_size, slots, self.mapped_device)
         return self.ring
 
     def decode_tables(self, depth):
@@ -184,18 +187,6 @@ class Reader:
                 outs[f.position] = f.frames(outs[f.position], rows.frames.get(f.position))
 
 
-# The read aheads of iterations still open: stopped at exit, before the
-# interpreter tears down what stopping them needs (an iteration left open
-# is otherwise closed during that teardown, and fails).
-_OPEN = weakref.WeakSet()
-
-
-@atexit.register
-def _close_open():
-    for ahead in list(_OPEN):
-        ahead.close()
-
-
 class Ahead:
     """The read ahead of an iteration: a MappedAhead's (mapped keys), a
     HostDecodeAhead's (frames decoded on the host) and a DecodeAhead's
@@ -204,7 +195,7 @@ class Ahead:
     def __init__(self):
         self.mapped = self.host = self.gpu = None
         self.closed = False
-        _OPEN.add(self)
+        track(self)  # an iteration left open is stopped at exit
 
     def get(self, i):
         rows = self.host.get(i) if self.host is not None else Rows()
@@ -214,12 +205,12 @@ class Ahead:
             rows.decoded = self.gpu.get(i)
         return rows
 
-    def used(self, i):
-        """Batch i's mapped rows are copied by the work queued on the
-        current CUDA stream (their pinned buffer may be read into again
-        once it is done)."""
+    def used(self, i, cuda_stream=None):
+        """Batch i's mapped rows are copied by the work queued on
+        ``cuda_stream`` (default: the current one); their pinned buffer may
+        be read into again once it is done."""
         if self.mapped is not None:
-            self.mapped.used(i)
+            self.mapped.used(i, cuda_stream)
 
     def close(self, keep_decoding=False):
         """Stops the work (once); the GPU's queue goes on where
@@ -227,7 +218,7 @@ class Ahead:
         if self.closed:
             return
         self.closed = True
-        _OPEN.discard(self)
+        untrack(self)
         try:
             if self.gpu is not None and not keep_decoding:
                 self.gpu.close()

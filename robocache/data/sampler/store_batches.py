@@ -80,9 +80,12 @@ class StoreBatches:
         anchor_stream = store[self.anchor]
         offsets, times = anchor_stream.offsets, anchor_stream.times
         cut_on_host = any(p.cut_on.type == "cpu" for p in self.plans)
-        # Every key cut on the GPU (the anchor stream's index may stay on the
-        # host: a mapped key's; the cut holds a copy of it there).
-        self.cut_on_gpu = not cut_on_host
+        # Every key cut on the GPU, from anchors there; or from anchors the
+        # host keeps to find mapped or GPU-decoded keys' rows (its index a
+        # mapped key's: the cut holds a copy of it on the GPU, and each
+        # iteration's order goes there once).
+        reads_on_host = bool(self.reader.gpu_frames or self.reader.mapped)
+        self.cut_on_gpu = not cut_on_host and (offsets.is_cuda or reads_on_host)
         # Keys cut on the host, or whose batches' rows the host finds for the
         # GPU's decoder: the anchors on the host, so that nothing the host
         # needs is read back from the GPU.
@@ -332,11 +335,10 @@ class StoreBatches:
                     # Batch i's rows, into the buffers its graph cuts them from.
                     static = self.reader.static_rows()
                     static.stage(reader.mapped.get(i))
+                    reader.used(i, static.copy_stream)  # its buffer is free once copied
                 if decoded is not None:
                     decoded.take(i)  # batch i's frames, ready on this stream
                 batch = rings[i]()
-                if static is not None:
-                    reader.used(i)
                 if decoded is not None:
                     decoded.release(i)
                 if static is not None:

@@ -340,8 +340,8 @@ class EpisodeStore:
                 (the sampler's reads of a mapped key, or a copy into memory:
                 ``place``, ``to``, ``mmap=False``), so that a mapped store
                 opens after reading its index alone. Encoded keys left
-                mapped are checked at load (the GPU decoder's threads
-                read their bytes unchecked).
+                mapped are checked at load (their decoders read their
+                bytes unchecked).
                 Values read straight from ``store[key].values`` of a
                 mapped key are not checked.
 
@@ -368,9 +368,9 @@ class EpisodeStore:
             store = store.to(device)
         if placement is not None:
             store = store.place(placement)
-        # Encoded keys left mapped are read by the GPU decoder's threads,
-        # which do not check: their episodes are checked now (raw keys: as
-        # the sampler reads them).
+        # Encoded keys left mapped are read by their decoders, which do not
+        # check: their episodes are checked now (raw keys: as the sampler
+        # reads them).
         for key in store.mapped:
             if store.streams[key].encoding is not None:
                 store.mapped_rows[key].check()

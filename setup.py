@@ -300,7 +300,7 @@ class BuildExt(BuildExtension if torch is not None else build_ext):
     CUTLASS headers to the include path; after the build, writes
     robocache/_build_info.py next to the built library.
 
-    robocache/__init__.py reads it to refuse a library built for another torch.
+    robocache/_ops.py reads it to refuse a library built for another torch.
     """
 
     def run(self):

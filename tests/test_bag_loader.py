@@ -187,6 +187,6 @@ def test_a_corrupt_jpeg_names_the_bag_and_topic(tmp_path):
         LoaderError, match=r"load_bag\(.*bad\), topic '/camera/image': cannot decode"
     ):
         load_bag(bags, CAMERA, progress=False)
-    with pytest.warns(UserWarning, match=r"skipped 1 bad episode.*\n.*bad.*'/camera/image'"):
+    with pytest.warns(UserWarning, match=r"skipped 1 bad file.*\n.*bad.*'/camera/image'"):
         store = load_bag(bags, CAMERA, frames="jpeg", skip_bad=True, progress=False)
     assert bytes(store["/camera/image.image"].values.numpy()) == b"".join(camera_bytes(bags[0]))

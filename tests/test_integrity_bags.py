@@ -99,9 +99,7 @@ def test_a_cut_bag_is_skipped_with_skip_bad(tmp_path):
     bag_with_crcs(tmp_path / "good")
     bag_with_crcs(tmp_path / "cut")
     truncate(tmp_path / "cut" / "cut.mcap", 0.5)
-    with pytest.warns(
-        UserWarning, match=r"(?s)skipped 1 bad episode.*cut.*end with an MCAP footer"
-    ):
+    with pytest.warns(UserWarning, match=r"(?s)skipped 1 bad file.*cut.*end with an MCAP footer"):
         store = load_bag(
             [tmp_path / "good", tmp_path / "cut"], TOPICS, progress=False, skip_bad=True
         )

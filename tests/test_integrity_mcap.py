@@ -154,7 +154,7 @@ def test_empty_files_and_skip_bad(tmp_path):
     with pytest.warns(UserWarning) as caught:
         store = load_mcap([good, empty, cut], JSON_TOPICS, progress=False, skip_bad=True)
     assert store.num_episodes == 1
-    skipped = [str(w.message) for w in caught if "skipped 2 bad episode" in str(w.message)]
+    skipped = [str(w.message) for w in caught if "skipped 2 bad file" in str(w.message)]
     assert len(skipped) == 1 and "empty.mcap" in skipped[0] and "cut.mcap" in skipped[0]
 
 

@@ -112,7 +112,7 @@ def test_bad_files_name_the_file_topic_and_field(tmp_path):
     (tmp_path / "cut.mcap").write_bytes(data[: len(data) // 2])
     with pytest.raises(LoaderError, match=r"cut.mcap"):
         load_mcap(tmp_path / "cut.mcap", {"/joints": "position"}, progress=False)
-    with pytest.warns(UserWarning, match="skipped 1 bad episode"):
+    with pytest.warns(UserWarning, match="skipped 1 bad file"):
         store = load_mcap(
             [path, tmp_path / "cut.mcap"], {"/joints": "position"}, progress=False, skip_bad=True
         )
@@ -212,7 +212,7 @@ def test_a_corrupt_jpeg_names_the_file_and_topic(tmp_path):
     for frames in ("jpeg", "raw"):
         with pytest.raises(LoaderError, match=r"bad\.mcap.*'/camera"):
             load_mcap([good, bad], topics, frames=frames, progress=False)
-    with pytest.warns(UserWarning, match=r"skipped 1 bad episode.*\n.*bad\.mcap.*'/camera'"):
+    with pytest.warns(UserWarning, match=r"skipped 1 bad file.*\n.*bad\.mcap.*'/camera'"):
         store = load_mcap([bad, good], topics, frames="jpeg", skip_bad=True, progress=False)
     assert store.num_episodes == 1
     assert bytes(store["/camera.image"].values.numpy()) == b"".join(camera_bytes(good))

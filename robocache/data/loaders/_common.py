@@ -65,7 +65,7 @@ def skipping(items, skip_bad, what, unit="episode", lost=()):
         )
     if skipped:
         warnings.warn(
-            f"{what}: skipped {len(skipped)} bad episode(s):\n  " + "\n  ".join(skipped),
+            f"{what}: skipped {len(skipped)} bad {unit}(s):\n  " + "\n  ".join(skipped),
             stacklevel=3,
         )
 

@@ -11,6 +11,16 @@ import torch
 RING_SPARE = 2
 
 
+def ring_slots(depth):
+    """The slots of the ring of an iteration reading ``depth`` batches ahead."""
+    return depth + 1 + RING_SPARE
+
+
+def slot_sizes(finders, batch_size):
+    """The bytes of each finder's buffer in a slot: the most a batch reads."""
+    return [f.buffer_bytes(batch_size) for f in finders]
+
+
 class PinnedRing:
     """Pinned buffers that batches' mapped rows land in, made once: batch b
     of an iteration in slot ``b % slots`` (one buffer a finder, as many
@@ -22,13 +32,12 @@ class PinnedRing:
 
     def __init__(self, finders, batch_size, slots, device):
         self.slots, self.busy, self.device = slots, False, device
-        sizes = [f.buffer_bytes(batch_size) for f in finders]
         self.buffers = [
-            [torch.empty(size, dtype=torch.uint8, pin_memory=True) for size in sizes]
+            [torch.empty(size, dtype=torch.uint8, pin_memory=True)
+             for size in slot_sizes(finders, batch_size)]
             for _ in range(slots)
-        ]
+        ]  # fmt: skip
         self.copied = [None] * slots
-        self.bytes = slots * sum(sizes)
 
     def take(self, b):
         """Batch b's buffers, once the GPU is done copying from them."""

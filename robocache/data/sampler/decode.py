@@ -116,22 +116,22 @@ class FrameKey:
             )
         return table[position].view(*rows.shape[:2], *self.encoding.shape)
 
-    def where(self, row):
-        """Where row ``row`` of the stream is from, for an error."""
+    def _row_of(self, row):
+        """Row ``row`` of the stream as "key K, episode E, frame F"."""
         e = int(torch.searchsorted(self.offsets[1:], row, right=True))
         return (
-            f"{_WHERE}: key {self.plan.key!r}, episode {int(self.episode_index[e])}, frame "
-            f"{row - int(self.offsets[e])} (row {row})"
+            f"key {self.plan.key!r}, episode {int(self.episode_index[e])}, frame "
+            f"{row - int(self.offsets[e])}"
         )
+
+    def where(self, row):
+        """Where row ``row`` of the stream is from, for an error."""
+        return f"{_WHERE}: {self._row_of(row)} (row {row})"
 
     def file_ends(self, row):
         """The error for row ``row``'s bytes, which the store's file ends
         inside (it was cut after it was loaded)."""
-        e = int(torch.searchsorted(self.offsets[1:], row, right=True))
-        return self.mapped.file.short_read(
-            f"the bytes of key {self.plan.key!r}, episode {int(self.episode_index[e])}, frame "
-            f"{row - int(self.offsets[e])}"
-        )
+        return self.mapped.file.short_read(f"the bytes of {self._row_of(row)}")
 
     @property
     def file(self):

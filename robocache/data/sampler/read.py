@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..store.rows import caller_reader, row_reader
-from .buffers import RING_SPARE, PinnedRing, StaticRows, capacity
+from .buffers import PinnedRing, StaticRows, capacity, ring_slots
 from .decode import DecodeAhead, DecodedEpoch, DecodeTables, FrameKey
 from .mapped import MappedAhead, MappedReads, finders_of
 from .open_work import track, untrack
@@ -146,7 +146,7 @@ class Reader:
         time, or, while another iteration reads into it, one of its own."""
         if not self.mapped_graphable:
             return None
-        slots = depth + 1 + RING_SPARE
+        slots = ring_slots(depth)
         if self.ring is None or self.ring.slots != slots:
             self.ring = PinnedRing(self.finders, self.batch_size, slots, self.mapped_device)
         if self.ring.busy:

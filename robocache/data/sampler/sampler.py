@@ -12,7 +12,7 @@ import torch
 
 from ..mixture import Mixture
 from . import plan
-from .buffers import RING_SPARE
+from .buffers import ring_slots, slot_sizes
 from .mixture_batches import MixtureBatches
 from .store_batches import StoreBatches
 
@@ -294,8 +294,8 @@ class WindowSampler:
             keys = [key.plan.key for key in reader.mapped]
             text += f"; mapped {keys} read from the file {depth} batches ahead, the rows of "
             if reader.mapped_graphable and depth:  # a ring of pinned buffers, each iteration's
-                ring = depth + 1 + RING_SPARE
-                size = sum(f.buffer_bytes(self._batches.batch_size) for f in reader.finders)
+                ring = ring_slots(depth)
+                size = sum(slot_sizes(reader.finders, self._batches.batch_size))
                 text += (
                     f"each batch in a ring of {ring} pinned buffers ({ring * size / 2**20:.1f} MiB)"
                 )

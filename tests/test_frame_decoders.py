@@ -367,15 +367,13 @@ def test_sampler_jpeg_batches_on_the_gpu_match_the_host_decode(tmp_path, place, 
     gpu = WindowSampler(store, DELTAS, cuda_graph=cuda_graph, **kw)
     assert gpu.decoders == {"cam": "nvimgcodec"}
     # Decoded ahead by the queue, wherever the bytes lie: no side stream by
-    # default; decoded when asked for (read_ahead=0), one batch made ahead
-    # where the windows are cut on the GPU (the anchors there).
+    # default; decoded when asked for (read_ahead=0), one batch made ahead,
+    # since the windows are cut on the GPU wherever the anchors lie.
     assert gpu.prefetch == 0
     asked = WindowSampler(store, DELTAS, read_ahead=0, cuda_graph=False, **kw)
-    assert asked.prefetch == (1 if place == "pinned" else 0)
-    if cuda_graph is False or place == "pinned":
-        # By default the batches replay CUDA graphs, which gather the decoded
-        # frames, where every key is cut on the GPU from anchors there.
-        assert (gpu.graphs is not None) == (cuda_graph is None)
+    assert asked.prefetch == 1
+    # By default the batches replay CUDA graphs, which gather the decoded frames.
+    assert (gpu.graphs is not None) == (cuda_graph is None)
     host = WindowSampler(store, DELTAS, decoding=FrameDecoding(backend="host"), cuda_graph=False,
                          **kw)  # fmt: skip
     expected = _batches(host)

@@ -13,6 +13,7 @@ from conftest import requires_cuda
 from fixtures.corrupt import truncate
 
 from robocache.data import EpisodeStore, LoaderError, WindowSampler
+from robocache.data.sampler.buffers import StaticRows
 from robocache.data.sampler.mapped import finders_of
 from robocache.data.sampler.plan import check_options, edge_tolerance_ns, plan_keys
 from robocache.data.store.rows import MappedRows, StoreFile, row_reader
@@ -203,6 +204,32 @@ def test_mapped_rows_land_in_a_bounded_ring_of_pinned_buffers(tmp_path, monkeypa
     assert sampler._batches.reader.ring.busy and len(pinned) == 8 * finders
     same_batches([{k: v.clone() for k, v in x.items()} for x in (a, b)], want[:1] * 2)
     del first, second
+
+
+@requires_cuda
+def test_rows_staged_for_the_graphs_are_not_zeroed_after_they_land(tmp_path):
+    store = make_store()
+    store.save(tmp_path)
+    modes = {"cam": "nearest", "joints": "linear", "force": "nearest"}
+    sampler = WindowSampler(EpisodeStore.load(tmp_path), DELTAS, device="cuda", modes=modes,
+                            anchor="anchor", batch_size=4)  # fmt: skip
+    batches, reader = sampler._batches, sampler._batches.reader
+    streams = reader.mapped_now(torch.tensor([0, 5, 11, 20]), batches.anchor_host,
+                                batches.options.edge_tolerance)  # fmt: skip
+    # Buffers of these sizes made and freed first: the next come from the
+    # allocator's cache, with no cudaMalloc, which may wait for the device.
+    StaticRows(reader.finders, 4, torch.device("cuda"))
+    # The buffers' zero fill waits behind other work on the current stream;
+    # the rows copied on the buffers' own stream land after it.
+    torch.cuda._sleep(200_000_000)
+    static = StaticRows(reader.finders, 4, torch.device("cuda"))
+    static.stage(streams)
+    for position, (values, times, offsets) in streams.items():
+        staged = static.streams[position]
+        assert values.shape[0] > 0
+        for got, want in zip(staged, (values, times, offsets)):
+            got = got[: want.shape[0]].cpu()
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), position
 
 
 @requires_cuda

@@ -78,14 +78,17 @@ class StaticRows:
                 values = torch.zeros((rows, *shape), dtype=dtype, device=device)
                 self.streams[key.position] = (values, times, offsets)
         self.copy_stream = torch.cuda.Stream(device)
-        self.read = torch.cuda.Event()  # the last cut's reads of the buffers
+        # The last cut's reads of the buffers; first, their zero fill, queued
+        # on the current stream, which the first copy must not overtake.
+        self.read = torch.cuda.Event()
+        self.read.record(torch.cuda.current_stream(device))
         self.copied = torch.cuda.Event()
 
     def stage(self, streams):
         caller = torch.cuda.current_stream(self.device)
         device = torch.cuda.current_device()
         copy = self.copy_stream
-        copy.wait_event(self.read)  # none recorded yet: no wait
+        copy.wait_event(self.read)
         torch.cuda.set_stream(copy)  # which makes its device current
         try:
             staged = set()

@@ -4,7 +4,6 @@ index, a corrupt episode is a LoaderError naming the file, the key and the
 episode when a batch first reads it, and episodes no read reaches are never
 read."""
 
-import json
 import os
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import requires_cuda
+from fixtures.corrupt import flip_value
 
 from robocache.data import EpisodeStore, LoaderError, WindowSampler
 
@@ -32,22 +32,6 @@ def make_store(lengths=(6, 4, 0, 7, 5)):
             }
         )
     return EpisodeStore.from_episodes(episodes, progress=False)
-
-
-def flip_value(path, name, row):
-    """Flips a bit of row ``row`` of tensor ``name`` in the file, in place
-    (the CRCs in the metadata stay those of the old bytes)."""
-    with open(path, "rb") as file:
-        length = int.from_bytes(file.read(8), "little")
-        header = json.loads(file.read(length))
-    begin, end = header[name]["data_offsets"]
-    rows = header[name]["shape"][0]
-    start = 8 + length + begin + row * (end - begin) // rows
-    with open(path, "r+b") as file:
-        file.seek(start)
-        byte = file.read(1)[0]
-        file.seek(start)
-        file.write(bytes([byte ^ 1]))
 
 
 @pytest.fixture

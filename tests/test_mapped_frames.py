@@ -5,6 +5,7 @@ the store in memory, a ``save`` over the store leaves the process reading
 its own file, and a file cut after loading is a LoaderError naming it, not
 a SIGBUS."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +16,10 @@ pytest.importorskip("PIL", reason="the frames extra: pip install robocache[frame
 
 import torch  # noqa: E402
 from conftest import requires_cuda  # noqa: E402
+from fixtures.corrupt import flip_value  # noqa: E402
 from fixtures.images import camera_frames  # noqa: E402
 
-from robocache.data import EpisodeStore, WindowSampler  # noqa: E402
+from robocache.data import EpisodeStore, LoaderError, WindowSampler  # noqa: E402
 from robocache.data.frames import FrameDecoding  # noqa: E402
 from robocache.data.frames.decoders import nvimgcodec  # noqa: E402
 
@@ -97,6 +99,83 @@ def test_a_save_over_the_store_leaves_the_sampler_reading_its_own_file(tmp_path,
         assert torch.equal(a["cam"], b["cam"])
 
 
+def episode_bytes(store, key, episode):
+    """(begin, end): the bytes of ``episode``'s frames of ``key`` in its values."""
+    stream = store[key]
+    first, end = stream.offsets[episode], stream.offsets[episode + 1]
+    return int(stream.byte_offsets[first]), int(stream.byte_offsets[end])
+
+
+@pytest.mark.parametrize("read_ahead", [0, 2])
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_corrupt_jpeg_episode_is_named_when_a_batch_first_reads_it(tmp_path, device, read_ahead):
+    decoding_for(device)  # skips without the GPU decoder
+    store = make_store()
+    store.save(tmp_path)
+    begin, end = episode_bytes(store, "cam", 3)
+    flip_value(str(tmp_path / "store.safetensors"), "streams/0/values", (begin + end) // 2)
+    loaded = EpisodeStore.load(tmp_path)  # opens: the frames' bytes are not read
+    checks = loaded.mapped_rows["cam"].checks
+    assert checks.state.tolist() == [0, 0, -1, 0, 0]  # episode 2 has no frames
+    sampler = sampler_of(loaded, device, shuffle=False, read_ahead=read_ahead)
+    named = r"store.safetensors: stream 'cam': streams/0/values, episode 3 \(rows \d+:\d+\)"
+    taken = []
+    with pytest.raises(LoaderError, match=named):
+        for batch in sampler:
+            taken.append(batch["episode_index"].cpu())
+    # The batches wholly before episode 3 came first, from episodes checked.
+    assert taken and int(torch.cat(taken).max()) < 3
+    assert checks.state[:2].tolist() == [-1, -1] and checks.state[3] == 0
+    with pytest.raises(LoaderError, match=named):
+        sampler.batch_at([store["cam"].offsets[3].item() + 1])
+    first = sampler.batch_at([0, 1])["cam"]
+    assert torch.equal(first.cpu(), sampler_of(store, device).batch_at([0, 1])["cam"].cpu())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_jpeg_episode_is_checked_once_by_the_first_epoch(tmp_path, device):
+    decoding_for(device)
+    store = make_store()
+    store.save(tmp_path)
+    loaded = EpisodeStore.load(tmp_path)
+    checks = loaded.mapped_rows["cam"].checks
+    assert not checks.done
+    expected = cloned(sampler_of(store, device))
+    got = cloned(sampler_of(loaded, device))
+    assert checks.done and (checks.state == -1).all()
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a["cam"], b["cam"])
+
+
+def test_the_gpu_decoders_checks_hand_out_a_batch_once_its_episodes_pass(tmp_path):
+    """FrameChecks, which the GPU decoder's queue reads beside, on the host."""
+    from robocache.data.sampler.frame_checks import FrameChecks, checked_frames
+    from robocache.data.sampler.order import EpochParts
+
+    store = make_store()  # episodes of 12, 1, 0, 9 and 15 frames
+    store.save(tmp_path)
+    begin, end = episode_bytes(store, "cam", 3)
+    flip_value(str(tmp_path / "store.safetensors"), "streams/0/values", (begin + end) // 2)
+    loaded = EpisodeStore.load(tmp_path)
+    frames = checked_frames(frame_keys(sampler_of(loaded, "cpu")))
+    assert [f.plan.key for f in frames] == ["cam"]
+    rows = loaded["cam"].times.numel()
+    parts = EpochParts(torch.arange(rows), 4, -(-rows // 4))  # batch 3: rows 12:16
+    checks = FrameChecks(frames, loaded["cam"].offsets, parts, depth=2)
+    state = loaded.mapped_rows["cam"].checks.state
+    try:
+        for i in range(3):
+            checks.wait(i)
+        # Episodes 1 and 3, read by batches 3 and 4, are checked ahead.
+        token = checks.token
+        assert state.tolist() == [-1, token, -1, token, 0]
+        with pytest.raises(LoaderError, match=r"stream 'cam': streams/0/values, episode 3 "):
+            checks.wait(3)  # episodes 1 and 3
+    finally:
+        checks.close()
+    assert state.tolist() == [-1, -1, -1, 0, 0]  # nothing left marked in flight
+
+
 CUT_WHILE_SAMPLING = """
 import sys
 sys.path.insert(0, {tests!r})
@@ -135,7 +214,9 @@ def test_a_file_cut_after_loading_is_an_error_naming_it_not_a_crash(tmp_path, de
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
-    assert "store.safetensors: the file ends inside the bytes of key 'cam', episode" in done.stdout
+    # Named where the bytes are read, or where their episode is first checked.
+    named = r"store.safetensors: the file ends inside the (bytes|values) of key 'cam', episode"
+    assert re.search(named, done.stdout), done.stdout
     assert "truncated or rewritten in place after it was loaded" in done.stdout
 
 

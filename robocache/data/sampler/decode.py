@@ -32,7 +32,9 @@ class FrameKey:
     errors. Bytes held on a GPU are decoded from a pinned copy, made once.
     ``mapped``: the key's rows of the store's file (a MappedRows) where the
     key is mapped: its bytes are then read from the file with positional
-    reads, never through the map."""
+    reads, never through the map, their episodes checked against their
+    CRC-32s the first time they are read (here, or ahead of the GPU
+    decoder's queue: frame_checks.py)."""
 
     def __init__(self, position, plan, stream, episode_index, decoding, device, mapped=None):
         self.position, self.plan, self.encoding = position, plan, stream.encoding
@@ -144,6 +146,11 @@ class FrameKey:
         from the store's file in one native call, end to end, and where
         each one's lie in them."""
         begin = self.bounds[rows]
+        checks = self.mapped.checks
+        if checks is not None and not checks.done and rows.numel():
+            # Their episodes checked first, where not yet (store/checks.py).
+            file_rows = begin.numpy() + self.mapped.first_row
+            checks.check_now(checks.episodes_of(file_rows), caller_reader())
         lengths = self.bounds[rows + 1] - begin
         at = torch.cumsum(lengths, 0) - lengths
         values = torch.empty(int(lengths.sum()), dtype=torch.uint8)

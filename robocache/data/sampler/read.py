@@ -20,6 +20,7 @@ import torch
 from ..store.rows import caller_reader, row_reader
 from .buffers import PinnedRing, StaticRows, capacity, ring_slots
 from .decode import DecodeAhead, DecodedEpoch, DecodeTables, FrameKey
+from .frame_checks import FrameChecks, checked_frames
 from .mapped import MappedAhead, MappedReads, finders_of
 from .open_work import track, untrack
 
@@ -134,6 +135,9 @@ class Reader:
                 tables = self.decode_tables(depth)
                 decoding = DecodeAhead(tables, edge_tolerance, indices)
                 ahead.gpu = DecodedEpoch(decoding, 0, len(indices))
+            checked = checked_frames(self.gpu_frames)
+            if checked:
+                ahead.checks = FrameChecks(checked, anchor[0], indices, depth)
         except BaseException:
             ahead.close(keep_decoding=decoded is not None)
             raise
@@ -189,11 +193,13 @@ class Reader:
 
 class Ahead:
     """The read ahead of an iteration: a MappedAhead's (mapped keys), a
-    HostDecodeAhead's (frames decoded on the host) and a DecodeAhead's
-    (frames decoded on the GPU), each None where there is none."""
+    HostDecodeAhead's (frames decoded on the host), a DecodeAhead's (frames
+    decoded on the GPU) and the FrameChecks of the mapped bytes the last
+    one reads, each None where there is none. ``get(i)`` and ``checked(i)``
+    return once batch i's episodes have passed their checks."""
 
     def __init__(self):
-        self.mapped = self.host = self.gpu = None
+        self.mapped = self.host = self.gpu = self.checks = None
         self.closed = False
         track(self)  # an iteration left open is stopped at exit
 
@@ -203,7 +209,14 @@ class Ahead:
             rows.streams = self.mapped.get(i)
         if self.gpu is not None:
             rows.decoded = self.gpu.get(i)
+        self.checked(i)
         return rows
+
+    def checked(self, i):
+        """Returns once batch i's GPU-decoded mapped bytes have passed
+        their checks (a LoaderError where one has not)."""
+        if self.checks is not None:
+            self.checks.wait(i)
 
     def used(self, i, cuda_stream=None):
         """Batch i's mapped rows are copied by the work queued on
@@ -227,8 +240,12 @@ class Ahead:
                 if self.host is not None:
                     self.host.close()
             finally:
-                if self.mapped is not None:
-                    self.mapped.close()
+                try:
+                    if self.mapped is not None:
+                        self.mapped.close()
+                finally:
+                    if self.checks is not None:
+                        self.checks.close()
 
 
 class HostDecodeAhead:

@@ -343,6 +343,8 @@ class StoreBatches:
                     decoded.release(i)
                 if static is not None:
                     static.cut()
+                if reader is not None:
+                    reader.checked(i)  # its mapped bytes' episodes passed their checks
                 return batch
         else:
 

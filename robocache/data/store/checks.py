@@ -116,7 +116,9 @@ class EpisodeChecks:
         rows = f"rows {self.bounds[episode]}:{self.bounds[episode + 1]}"
         size = os.fstat(self.file.fd).st_size
         if size != self.file.size:
-            return self.file.short_read(f"{self.name}, episode {episode} ({rows})")
+            return self.file.short_read(
+                f"the values of key {self.key!r}, episode {episode} ({self.name}, {rows})"
+            )
         return LoaderError(
             f"{path}: stream {self.key!r}: {self.name}, episode {episode} ({rows}) does not "
             "match its checksum: the file is corrupt, or was changed in place after it was loaded"

@@ -368,12 +368,6 @@ class EpisodeStore:
             store = store.to(device)
         if placement is not None:
             store = store.place(placement)
-        # Encoded keys left mapped are read by their decoders, which do not
-        # check: their episodes are checked now (raw keys: as the sampler
-        # reads them).
-        for key in store.mapped:
-            if store.streams[key].encoding is not None:
-                store.mapped_rows[key].check()
         if check:
             check_sorted_times(store.streams, f"{where}({directory})")
         return store

@@ -1,0 +1,88 @@
+"""The checks of mapped encoded keys that the GPU decoder's queue reads.
+
+The queue reads each batch's encoded bytes from the store's file on native
+threads of its own, which check nothing. Every frame of a window lies in its
+anchor's episode, so a batch reads the episodes of its anchors alone: those
+not checked yet against their CRC-32s (store/checks.py) are checked ahead,
+``depth`` batches at a time on a native row reader beside the queue, and a
+batch is handed out only once its episodes have passed.
+"""
+
+import torch
+
+from ..store.checks import new_token
+from ..store.rows import row_reader
+
+# The row reader's threads that check episodes ahead of the batches.
+CHECK_AHEAD_THREADS = 4
+
+
+def checked_frames(frames):
+    """The FrameKeys of ``frames`` whose store file's episodes are not all
+    checked yet."""
+    return [
+        f for f in frames if f.mapped is not None and f.mapped.checks is not None
+        and not f.mapped.checks.done
+    ]  # fmt: skip
+
+
+class FrameChecks:
+    """The episodes that batches of ``parts`` (an EpochParts, anchors on the
+    host) read through ``frames`` (FrameKeys of mapped keys with checks),
+    checked ``depth`` batches ahead. ``anchor_offsets``: the anchor key's
+    episode offsets (host). ``wait(i)`` returns once batch i's episodes have
+    passed (a LoaderError naming the file, key and episode where one has
+    not); ``close()`` ends the checking threads."""
+
+    def __init__(self, frames, anchor_offsets, parts, depth):
+        self.frames, self.parts, self.depth = frames, parts, depth
+        self.ends = anchor_offsets[1:].cpu()
+        self.reader = row_reader(CHECK_AHEAD_THREADS)
+        self.token = new_token()
+        self.pending = {}
+        try:
+            for b in range(min(depth, len(parts))):
+                self._submit(b)
+        except BaseException:
+            self.close()
+            raise
+
+    def _episodes(self, frame, episodes):
+        """The episodes of the store's file holding ``frame``'s bytes of the
+        store's ``episodes`` (sorted, each once) that have frames."""
+        first, end = frame.offsets[episodes], frame.offsets[episodes + 1]
+        begins = frame.bounds[first[end > first]]
+        return frame.mapped.checks.episodes_of(begins.numpy() + frame.mapped.first_row)
+
+    def _submit(self, b):
+        anchors = self.parts[b].cpu()
+        episodes = torch.unique(torch.searchsorted(self.ends, anchors, right=True))
+        pending = []
+        for frame in self.frames:
+            checks = frame.mapped.checks
+            if not checks.done and episodes.numel():
+                handed = checks.submit(self.reader, self._episodes(frame, episodes), self.token)
+                pending.append((checks, handed))
+        self.pending[b] = pending
+
+    def wait(self, i):
+        ahead = i + self.depth
+        if ahead < len(self.parts) and ahead not in self.pending:
+            self._submit(ahead)
+        if i not in self.pending:
+            self._submit(i)
+        error = None
+        for checks, handed in self.pending.pop(i):
+            try:
+                checks.wait(self.reader, handed)
+            except Exception as e:  # every check is waited for; the first error raised
+                error = error or e
+        if error is not None:
+            raise error
+
+    def close(self):
+        try:
+            self.reader.close()
+        finally:
+            for frame in self.frames:
+                frame.mapped.checks.release(self.token)

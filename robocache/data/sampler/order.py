@@ -12,6 +12,8 @@ import numbers
 
 import torch
 
+from ..time import ns_to_seconds
+
 _WHERE = "WindowSampler"
 
 
@@ -48,6 +50,21 @@ def row_episodes(offsets):
     """Each row's episode of a packed stream with these offsets."""
     episodes = torch.arange(offsets.numel() - 1, device=offsets.device)
     return torch.repeat_interleave(episodes, offsets.diff())
+
+
+def row_tables(episodes, offsets, times, row_episode):
+    """Per anchor row, gathered with the windows: its episode_index,
+    frame_index and task_index (from the store's ``episodes`` tables), and
+    its time from the episode's first frame in seconds (float32, as
+    LeRobot's timestamp), on the device of ``offsets``."""
+    first_row = offsets[:-1][row_episode]
+    tables = {k: episodes[k].to(offsets.device) for k in ("episode_index", "task_index")}
+    return {
+        "episode_index": tables["episode_index"][row_episode],
+        "frame_index": torch.arange(times.numel(), device=offsets.device) - first_row,
+        "task_index": tables["task_index"][row_episode],
+        "timestamp": ns_to_seconds(times - times[first_row]),
+    }
 
 
 def anchor_rows(offsets, row_episode, drop_n_last_frames):

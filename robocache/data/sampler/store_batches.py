@@ -13,7 +13,6 @@ import torch
 
 from .._device import resolve_device
 from ..augment import KeyAugmentation
-from ..time import ns_to_seconds
 from . import order
 from .cut import WindowCut
 from .decode import DecodedEpoch
@@ -109,19 +108,7 @@ class StoreBatches:
                 f"{_WHERE}: batch_size {self.batch_size} exceeds the {self._per_rank} anchors "
                 "a rank visits an epoch, and drop_last=True would leave no batch"
             )
-        # Per anchor row, gathered with the windows: its episode_index,
-        # frame_index and task_index, and its time from the episode's first
-        # frame in seconds (float32, as LeRobot's timestamp).
-        first_row = offsets[:-1][row_episode]
-        episodes = {
-            k: store.episodes[k].to(offsets.device) for k in ("episode_index", "task_index")
-        }
-        self.row_tables = {
-            "episode_index": episodes["episode_index"][row_episode],
-            "frame_index": torch.arange(times.numel(), device=offsets.device) - first_row,
-            "task_index": episodes["task_index"][row_episode],
-            "timestamp": ns_to_seconds(times - times[first_row]),
-        }
+        self.row_tables = order.row_tables(store.episodes, offsets, times, row_episode)
 
     def _check_cut(self):
         """Every check of the operator (modes, dtypes, devices, shapes, a build

@@ -1,7 +1,6 @@
 // CPU kernel of robocache::anchor_windows: each anchor row's episode (index
 // and anchor_offsets checked here), then each stream's windows at
 // anchor_times[index] + deltas through the CPU window fill (windows.cpp).
-#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/empty.h>

@@ -7,10 +7,7 @@
 // before contrast, the image's mean grey, then contrast and the rest. The
 // sums are resized_crop_pixel's and rotated_pixel's, in their order, so the
 // values are the CUDA kernel's.
-#include <ATen/Parallel.h>
-#include <ATen/TensorIterator.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
@@ -21,6 +18,7 @@
 #include "robocache/augment.h"
 #include "robocache/checks.h"
 #include "robocache/error.h"
+#include "robocache/parallel.h"
 
 namespace robocache {
 namespace {
@@ -61,33 +59,6 @@ void check_params(const float* p, int64_t b, int64_t height, int64_t width) {
                         "]: the jitter order must be a permutation of the four ops, as base-4 "
                         "digits (0 to 255); got ",
                         double(order));
-}
-
-// body(begin, end) over parts of [0, count) on ATen's intra-op threads.
-// at::parallel_for is a header template whose threads come from OpenMP
-// pragmas, and this library is compiled without OpenMP, where it runs on
-// the calling thread alone; TensorIterator's for_each runs at::parallel_for
-// inside libtorch, over an index of the items.
-template <typename Body>
-void parallel_over(int64_t count, const Body& body) {
-#ifdef INTRA_OP_PARALLEL
-  at::parallel_for(0, count, 1, body);
-#else
-  at::Tensor index = at::arange(count, at::TensorOptions().dtype(at::kLong));
-  at::TensorIterator iter = at::TensorIteratorConfig()
-                                .add_output(index)
-                                .resize_outputs(false)
-                                .check_all_same_dtype(false)
-                                .build();
-  iter.for_each(
-      [&](char** data, const int64_t* strides, int64_t size0, int64_t size1) {
-        for (int64_t j = 0; j < size1; ++j) {
-          const int64_t begin = *reinterpret_cast<const int64_t*>(data[0] + j * strides[1]);
-          body(begin, begin + size0);
-        }
-      },
-      /*grain_size=*/1);
-#endif
 }
 
 // rintf for |v| < 2^22 under the default rounding (to nearest, ties to
@@ -242,7 +213,7 @@ void augment_images(const at::Tensor& images, const at::Tensor& params, at::Tens
   const uint8_t* src = images.data_ptr<uint8_t>();
   const float* par = params.data_ptr<float>();
   out_t* dst = out.data_ptr<out_t>();
-  parallel_over(images.size(0) * F, [&](int64_t begin, int64_t end) {
+  parallel_over(0, images.size(0) * F, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> rows(H * out_w * C), resized(pixels * C), rotated;
     AxisFilter fy, fx;
     int64_t filters_of = -1;  // the window the filters were built for

@@ -2,7 +2,6 @@
 // weights and counts are checked here, where reading them is free: weights
 // finite and >= 0, not all 0; counts >= 0, and > 0 for a store of positive
 // weight.
-#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -13,6 +12,7 @@
 #include "robocache/checks.h"
 #include "robocache/draws.h"
 #include "robocache/error.h"
+#include "robocache/parallel.h"
 
 namespace robocache {
 namespace {
@@ -47,7 +47,7 @@ std::tuple<at::Tensor, at::Tensor> draw_mixture_cpu(const at::Tensor& base_in,
   at::Tensor store = at::empty({B}, counts.options()), position = at::empty({B}, counts.options());
   int64_t* store_out = store.data_ptr<int64_t>();
   int64_t* position_out = position.data_ptr<int64_t>();
-  at::parallel_for(0, B, 1024, [&](int64_t begin, int64_t end) {
+  parallel_over(0, B, 1024, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       // Keys wrap around as int64 does (as on the GPU).
       const auto d = draws::draw(int64_t(uint64_t(base) + uint64_t(i)), w, n, S);

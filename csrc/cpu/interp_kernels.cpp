@@ -1,5 +1,4 @@
 // The CPU interp kernels, shared by resample (one stream) and fuse (K streams).
-#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -10,6 +9,7 @@
 #include "robocache/dispatch.h"
 #include "robocache/interp.h"
 #include "robocache/interp_kernels.h"
+#include "robocache/parallel.h"
 
 namespace robocache {
 namespace {
@@ -63,7 +63,7 @@ void forward_impl(const InterpInputs& in, const std::vector<int64_t>& cols, at::
   const int64_t T = out.size(1), row_len = out.size(2);
   value_t* o = out.data_ptr<value_t>();
   const int64_t grain = std::max<int64_t>(1, 2048 / std::max<int64_t>(row_len, 1));
-  at::parallel_for(0, out.size(0) * T, grain, [&](int64_t begin, int64_t end) {
+  parallel_over(0, out.size(0) * T, grain, [&](int64_t begin, int64_t end) {
     // Each stream's search starts from the previous query's answer: sorted
     // queries then cost a step or two each instead of log2(S).
     std::vector<int64_t> hints(sources.size(), -1);
@@ -87,7 +87,7 @@ void backward_impl(const InterpInputs& in, const std::vector<int64_t>& cols, con
   const auto q = interp_query<stamp_t>(in.query);
   const int64_t B = grad.size(0), T = grad.size(1), row_len = grad.size(2);
   const value_t* g = grad.data_ptr<value_t>();
-  at::parallel_for(0, B, 1, [&](int64_t b_begin, int64_t b_end) {
+  parallel_over(0, B, 1, [&](int64_t b_begin, int64_t b_end) {
     std::vector<int64_t> hints(sources.size(), -1);  // as in forward_impl
     for (int64_t b = b_begin; b < b_end; ++b) {
       for (int64_t t = 0; t < T; ++t) {

@@ -1,7 +1,6 @@
 // CPU kernels for robocache::voxelize and robocache::_voxelize_backward.
 // Clouds run in parallel; the points of one cloud are visited in order, so
 // every reduction (float sums included) is deterministic.
-#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -14,6 +13,7 @@
 #include "robocache/cpu_alloc.h"
 #include "robocache/dispatch.h"
 #include "robocache/voxel.h"
+#include "robocache/parallel.h"
 
 namespace robocache {
 namespace {
@@ -34,7 +34,7 @@ void accumulate(const VoxelInputs& in, compute_t<feat_t>* acc, int32_t* counts,
   const int64_t cells = in.cells();
   const Reduce r = in.reduce;
   const A acc_init = r == Reduce::Max ? -std::numeric_limits<A>::infinity() : A(0);
-  at::parallel_for(0, a.B, 1, [&](int64_t b_begin, int64_t b_end) {
+  parallel_over(0, a.B, 1, [&](int64_t b_begin, int64_t b_end) {
     for (int64_t b = b_begin; b < b_end; ++b) {
       if (occupancy)
         std::fill_n(occupancy + b * cells, cells, point_t(0));
@@ -135,7 +135,7 @@ void backward_impl(const VoxelInputs& in, const at::Tensor& grad, const at::Tens
   const feat_t* g = grad.data_ptr<feat_t>();
   const feat_t* res = result.data_ptr<feat_t>();
   feat_t* gf = grad_features.data_ptr<feat_t>();
-  at::parallel_for(0, a.B, 1, [&](int64_t b_begin, int64_t b_end) {
+  parallel_over(0, a.B, 1, [&](int64_t b_begin, int64_t b_end) {
     std::vector<int32_t> counts, first;
     for (int64_t b = b_begin; b < b_end; ++b) {
       if (in.reduce == Reduce::Mean) {

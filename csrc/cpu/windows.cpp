@@ -4,7 +4,6 @@
 // when it is built).
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -15,6 +14,7 @@
 
 #include "robocache/error.h"
 #include "robocache/checks.h"
+#include "robocache/parallel.h"
 #include "windows_cpu.h"
 
 namespace robocache {
@@ -104,7 +104,7 @@ void fill_windows(const at::Tensor& values, const PackedIndex& packed, const Win
       1, (int64_t{1} << 16) / std::max<int64_t>(1, packed.W * int64_t(row_bytes)));
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, blends ? values.scalar_type() : at::kFloat, "sample_windows", [&] {
-        at::parallel_for(0, packed.B, grain, [&](int64_t b_begin, int64_t b_end) {
+        parallel_over(0, packed.B, grain, [&](int64_t b_begin, int64_t b_end) {
           view.for_each_pick(rule, b_begin, b_end, [&](int64_t m, const WindowPick& p) {
             pad_ptr[m] = p.pad;
             age_ptr[m] = p.age;
@@ -167,11 +167,11 @@ at::Tensor sample_windows_backward_cpu(const at::Tensor& grad_out, const at::Ten
         // queries in order: deterministic sums.
         std::vector<WindowPick> picks(size_t(packed.B * packed.W));
         const PackedIndexView view(packed);
-        at::parallel_for(0, packed.B, 1, [&](int64_t b_begin, int64_t b_end) {
+        parallel_over(0, packed.B, 1, [&](int64_t b_begin, int64_t b_end) {
           view.for_each_pick(rule, b_begin, b_end,
                              [&](int64_t m, const WindowPick& p) { picks[size_t(m)] = p; });
         });
-        at::parallel_for(0, D, 1, [&](int64_t d_begin, int64_t d_end) {
+        parallel_over(0, D, 1, [&](int64_t d_begin, int64_t d_end) {
           for (int64_t m = 0; m < packed.B * packed.W; ++m) {
             for_each_source(picks[size_t(m)], [&](int64_t row, double weight) {
               for (int64_t d = d_begin; d < d_end; ++d)

@@ -5,10 +5,13 @@ the store in memory, a ``save`` over the store leaves the process reading
 its own file, and a file cut after loading is a LoaderError naming it, not
 a SIGBUS."""
 
+import dataclasses
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -174,6 +177,26 @@ def test_the_gpu_decoders_checks_hand_out_a_batch_once_its_episodes_pass(tmp_pat
     finally:
         checks.close()
     assert state.tolist() == [-1, -1, -1, 0, 0]  # nothing left marked in flight
+
+
+@pytest.mark.parametrize("one", [False, True], ids=["iteration", "batch_at"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_read_the_os_refuses_names_the_file_key_and_frame(tmp_path, device, one):
+    decoding_for(device)
+    make_store().save(tmp_path / "store")
+    sampler = sampler_of(EpisodeStore.load(tmp_path / "store"), device, read_ahead=0 if one else 2)
+    key = frame_keys(sampler)[0]
+    folder = os.open(tmp_path, os.O_RDONLY)  # read with pread: EISDIR
+    try:
+        # The key's file swapped for a folder, its checks off: the reads fail.
+        key.mapped = dataclasses.replace(
+            key.mapped, file=SimpleNamespace(fd=folder, path="the store"), checks=None
+        )
+        named = r"the store: reading the bytes of key 'cam', episode \d+, frame \d+ failed: .*"
+        with pytest.raises(LoaderError, match=named + "(Is a directory|EISDIR)"):
+            sampler.batch_at([0, 1]) if one else next(iter(sampler))
+    finally:
+        os.close(folder)
 
 
 CUT_WHILE_SAMPLING = """

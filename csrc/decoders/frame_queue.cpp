@@ -249,11 +249,14 @@ void FrameQueue::work(int64_t worker) {
     try {
       failed = !decode_step(step, worker, targets, owners);
     } catch (const c10::Error& e) {
-      failed = fail(step, e.what_without_backtrace());
+      fail_at(step, -1, -1, e.what_without_backtrace(), kOther);
+      failed = true;
     } catch (const std::exception& e) {
-      failed = fail(step, e.what());
+      fail_at(step, -1, -1, e.what(), kOther);
+      failed = true;
     } catch (...) {
-      failed = fail(step, "an unknown error");
+      fail_at(step, -1, -1, "an unknown error", kOther);
+      failed = true;
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -268,19 +271,13 @@ void FrameQueue::work(int64_t worker) {
   }
 }
 
-bool FrameQueue::fail(int64_t step, const std::string& why) {
-  fail_at(step, -1, -1, why, false);
-  return true;
-}
-
-bool FrameQueue::fail_at(int64_t step, int64_t k, int64_t row, const std::string& why,
-                         bool file_ends) {
+void FrameQueue::fail_at(int64_t step, int64_t k, int64_t row, const std::string& why,
+                         Failure kind) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (failed_step_ < 0 || step < failed_step_) {
     failed_step_ = step;
-    failure_ = {k, row, why, file_ends};
+    failure_ = {k, row, why, kind};
   }
-  return false;
 }
 
 bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarget>& targets,
@@ -362,8 +359,9 @@ bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarg
   }
   FrameFailure failed = decoder->run(targets, cuda_stream);
   if (failed.index >= 0) {
-    return fail_at(step, owners[failed.index].first, owners[failed.index].second, failed.why,
-                   false);
+    fail_at(step, owners[failed.index].first, owners[failed.index].second, failed.why,
+            kDoesNotDecode);
+    return false;
   }
   for (size_t k = 0; k < values_.size(); ++k) {
     const int64_t M = widths_[k];
@@ -412,7 +410,7 @@ void FrameQueue::release(int64_t step) {
   changed_.notify_all();
 }
 
-std::tuple<int64_t, int64_t, std::string, bool> FrameQueue::failure() {
+std::tuple<int64_t, int64_t, std::string, int64_t> FrameQueue::failure() {
   std::lock_guard<std::mutex> lock(mutex_);
   return failure_;
 }

@@ -64,10 +64,15 @@ class FrameQueue : public torch::CustomClassHolder {
   // The step's table is no longer read once the work queued on the current
   // CUDA stream so far is done: its slot may take the step `slots` later.
   void release(int64_t step);
-  // (key, row, why, file_ends) of the frame that did not decode, or whose
-  // bytes the key's file ends inside (file_ends: it was cut after it was
-  // opened); (-1, -1, why, false) for another error.
-  std::tuple<int64_t, int64_t, std::string, bool> failure();
+  // What a step's failure was about (failure()'s last item).
+  enum Failure : int64_t {
+    kDoesNotDecode = 0,  // a frame's bytes
+    kFileEnds = 1,       // the key's file ends inside a frame's bytes (cut after it was opened)
+    kReadFailed = 2,     // reading a frame's bytes from the key's file failed (`why`)
+    kOther = 3,          // no frame's: (-1, -1, why, kOther)
+  };
+  // (key, row, why, Failure) of the first step that failed.
+  std::tuple<int64_t, int64_t, std::string, int64_t> failure();
   // Stops the threads (after the steps they are decoding, if any); the
   // current CUDA stream then waits for the work they queued (once).
   void close();
@@ -89,12 +94,11 @@ class FrameQueue : public torch::CustomClassHolder {
   };
   // The extent holding `step`.
   Extent extent_of(int64_t step);
-  // Records a step that failed for `why` (not a frame's decode); true.
-  bool fail(int64_t step, const std::string& why);
-  // Records a step that failed at key k's row (the first failure kept); false.
-  bool fail_at(int64_t step, int64_t k, int64_t row, const std::string& why, bool file_ends);
+  // Records that a step failed at key k's row (-1, -1: no frame's), and
+  // why; the earliest step's failure is kept.
+  void fail_at(int64_t step, int64_t k, int64_t row, const std::string& why, Failure kind);
   // The bytes of the targets whose keys are read from files (file_reads_[worker]),
-  // read into the worker's scratch; false where a file ends inside one.
+  // read into the worker's scratch; false where a read failed (recorded).
   bool read_files(int64_t step, int64_t worker, std::vector<FrameTarget>& targets,
                   const std::vector<std::pair<int64_t, int64_t>>& owners);
   bool decode_step(int64_t step, int64_t worker, std::vector<FrameTarget>& targets,
@@ -132,7 +136,7 @@ class FrameQueue : public torch::CustomClassHolder {
   std::vector<int64_t> decoded_as_;  // each slot: the step decoded into it (-1: none yet)
   int64_t released_steps_ = 0;       // steps released by the caller
   int64_t failed_step_ = -1;
-  std::tuple<int64_t, int64_t, std::string, bool> failure_{-1, -1, "", false};
+  std::tuple<int64_t, int64_t, std::string, int64_t> failure_{-1, -1, "", kOther};
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

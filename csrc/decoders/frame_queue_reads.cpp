@@ -1,5 +1,7 @@
 // FrameQueue's reads of a step's encoded frames from the store's file
 // (keys given a file descriptor): positional reads, never the map.
+#include <c10/util/Exception.h>
+
 #include "../io/extents.h"
 #include "frame_queue.h"
 
@@ -20,12 +22,19 @@ bool FrameQueue::read_files(int64_t step, int64_t worker, std::vector<FrameTarge
     while (end < n && owners[reads.target[end]].first == k) {
       ++end;
     }
-    const int64_t cut = io::read_extents(static_cast<int>(files_[k]), reads.begins.data() + first,
-                                         reads.lengths.data() + first, reads.at.data() + first,
-                                         static_cast<int64_t>(end - first), reads.scratch.data());
+    int64_t cut = -1;
+    try {
+      cut = io::read_extents(static_cast<int>(files_[k]), reads.begins.data() + first,
+                             reads.lengths.data() + first, reads.at.data() + first,
+                             static_cast<int64_t>(end - first), reads.scratch.data());
+    } catch (const c10::Error& e) {  // the OS's error: named with the key's first frame read
+      fail_at(step, k, owners[reads.target[first]].second, e.what_without_backtrace(), kReadFailed);
+      return false;
+    }
     if (cut >= 0) {
-      return fail_at(step, k, owners[reads.target[first + cut]].second,
-                     "the file ends inside this frame's bytes", true);
+      fail_at(step, k, owners[reads.target[first + cut]].second,
+              "the file ends inside this frame's bytes", kFileEnds);
+      return false;
     }
   }
   for (size_t i = 0; i < n; ++i) {

@@ -18,12 +18,19 @@ device can find from the step alone: a CUDA graph replays the gather."""
 
 import torch
 
+from ..errors import LoaderError
 from ..frames.decoders import decoder_for, nvimgcodec
 from ..store.rows import caller_reader
 from .cut import rows_around
 from .open_work import track, untrack
 
 _WHERE = "WindowSampler"
+
+
+# What a step of the GPU decoder's queue failed at (FrameQueue::Failure):
+# a frame that does not decode, a file that ends inside a frame's bytes, a
+# read of them that failed, or no frame's.
+_DOES_NOT_DECODE, _FILE_ENDS, _READ_FAILED, _OTHER = range(4)
 
 
 class FrameKey:
@@ -135,6 +142,11 @@ class FrameKey:
         inside (it was cut after it was loaded)."""
         return self.mapped.file.short_read(f"the bytes of {self._row_of(row)}")
 
+    def read_failed(self, row, why):
+        """The error for a read of row ``row``'s bytes that the OS refused."""
+        path = self.mapped.file.path
+        return LoaderError(f"{path}: reading the bytes of {self._row_of(row)} failed: {why}")
+
     @property
     def file(self):
         """(file descriptor, the byte of the file where the values begin),
@@ -154,9 +166,12 @@ class FrameKey:
         lengths = self.bounds[rows + 1] - begin
         at = torch.cumsum(lengths, 0) - lengths
         values = torch.empty(int(lengths.sum()), dtype=torch.uint8)
-        cut = caller_reader().read_extents(
-            self.mapped.file.fd, begin + self.mapped.begin, lengths, values, at
-        )
+        try:
+            cut = caller_reader().read_extents(
+                self.mapped.file.fd, begin + self.mapped.begin, lengths, values, at
+            )
+        except RuntimeError as e:  # the OS's error, named with the first frame read
+            raise self.read_failed(int(rows[0]), e) from None
         if cut >= 0:
             raise self.file_ends(int(rows[cut]))
         return values, torch.cat([at, at.new_full((1,), values.numel())])
@@ -307,12 +322,14 @@ class DecodeAhead:
     def take(self, step):
         slot = self.queue.take(step)
         if slot < 0:
-            k, row, why, file_ends = self.queue.failure()
-            if k < 0:
+            k, row, why, kind = self.queue.failure()
+            if kind == _OTHER:
                 raise RuntimeError(f"{_WHERE}: the GPU frame decoder failed: {why}")
             key = self.keys[k]
-            if file_ends:
+            if kind == _FILE_ENDS:
                 raise key.file_ends(row)
+            if kind == _READ_FAILED:
+                raise key.read_failed(row, why)
             raise ValueError(f"{key.where(row)}: the jpeg frame does not decode: {why}")
         return slot
 

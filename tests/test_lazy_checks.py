@@ -100,6 +100,15 @@ def test_a_shard_checks_only_its_own_episodes(saved):
         list(sampler_of(EpisodeStore.load(folder, shard=(0, 2))))
 
 
+def test_save_checks_the_mapped_values_it_copies(saved, tmp_path):
+    store, folder, path = saved
+    flip_value(path, "streams/1/values", 1)  # joints, episode 0
+    loaded = EpisodeStore.load(folder)
+    with pytest.raises(LoaderError, match=r"'joints': streams/1/values, episode 0 "):
+        loaded.save(tmp_path / "copy")  # else written out with CRCs of the damage
+    assert not (tmp_path / "copy" / "store.safetensors").exists()
+
+
 @requires_cuda
 def test_a_corrupt_episode_is_named_on_the_gpu_too(saved):
     store, folder, path = saved

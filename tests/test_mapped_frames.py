@@ -109,9 +109,12 @@ def episode_bytes(store, key, episode):
     return int(stream.byte_offsets[first]), int(stream.byte_offsets[end])
 
 
+@pytest.mark.parametrize("cuda_graph", [None, False])
 @pytest.mark.parametrize("read_ahead", [0, 2])
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_corrupt_jpeg_episode_is_named_when_a_batch_first_reads_it(tmp_path, device, read_ahead):
+def test_a_corrupt_jpeg_episode_is_named_when_a_batch_first_reads_it(
+    tmp_path, device, read_ahead, cuda_graph
+):
     decoding_for(device)  # skips without the GPU decoder
     store = make_store()
     store.save(tmp_path)
@@ -120,7 +123,10 @@ def test_a_corrupt_jpeg_episode_is_named_when_a_batch_first_reads_it(tmp_path, d
     loaded = EpisodeStore.load(tmp_path)  # opens: the frames' bytes are not read
     checks = loaded.mapped_rows["cam"].checks
     assert checks.state.tolist() == [0, 0, -1, 0, 0]  # episode 2 has no frames
-    sampler = sampler_of(loaded, device, shuffle=False, read_ahead=read_ahead)
+    sampler = sampler_of(loaded, device, shuffle=False, read_ahead=read_ahead,
+                         cuda_graph=cuda_graph)  # fmt: skip
+    if device == "cuda" and read_ahead:  # the graphs' path, and the path without them
+        assert (sampler.graphs is not None) == (cuda_graph is None)
     named = r"store.safetensors: stream 'cam': streams/0/values, episode 3 \(rows \d+:\d+\)"
     taken = []
     with pytest.raises(LoaderError, match=named):
@@ -133,6 +139,8 @@ def test_a_corrupt_jpeg_episode_is_named_when_a_batch_first_reads_it(tmp_path, d
         sampler.batch_at([store["cam"].offsets[3].item() + 1])
     first = sampler.batch_at([0, 1])["cam"]
     assert torch.equal(first.cpu(), sampler_of(store, device).batch_at([0, 1])["cam"].cpu())
+    with pytest.raises(LoaderError, match=named):  # a copy checks what it copies
+        loaded.save(tmp_path / "again")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -143,9 +151,19 @@ def test_every_jpeg_episode_is_checked_once_by_the_first_epoch(tmp_path, device)
     loaded = EpisodeStore.load(tmp_path)
     checks = loaded.mapped_rows["cam"].checks
     assert not checks.done
+    handed = []
+    submit = checks.submit
+
+    def counted(reader, episodes, token):
+        pending = submit(reader, episodes, token)
+        handed.extend([] if pending is None else pending[1].tolist())
+        return pending
+
+    checks.submit = counted
     expected = cloned(sampler_of(store, device))
     got = cloned(sampler_of(loaded, device))
     assert checks.done and (checks.state == -1).all()
+    assert sorted(handed) == [0, 1, 3, 4]  # each episode with frames, once
     for a, b in zip(got, expected, strict=True):
         assert torch.equal(a["cam"], b["cam"])
 

@@ -10,11 +10,8 @@ batch is handed out only once its episodes have passed.
 
 import torch
 
-from ..store.checks import new_token
+from ..store.checks import CHECK_THREADS, new_token
 from ..store.rows import row_reader
-
-# The row reader's threads that check episodes ahead of the batches.
-CHECK_AHEAD_THREADS = 4
 
 
 def checked_frames(frames):
@@ -37,7 +34,7 @@ class FrameChecks:
     def __init__(self, frames, anchor_offsets, parts, depth):
         self.frames, self.parts, self.depth = frames, parts, depth
         self.ends = anchor_offsets[1:].cpu()
-        self.reader = row_reader(CHECK_AHEAD_THREADS)
+        self.reader = row_reader(CHECK_THREADS)
         self.token = new_token()
         self.pending = {}
         try:

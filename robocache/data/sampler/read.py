@@ -207,9 +207,9 @@ class Ahead:
         rows = self.host.get(i) if self.host is not None else Rows()
         if self.mapped is not None:
             rows.streams = self.mapped.get(i)
+        self.checked(i)  # before the decoded frames: a corrupt one is named as such
         if self.gpu is not None:
             rows.decoded = self.gpu.get(i)
-        self.checked(i)
         return rows
 
     def checked(self, i):

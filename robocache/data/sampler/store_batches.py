@@ -323,6 +323,8 @@ class StoreBatches:
                     static = self.reader.static_rows()
                     static.stage(reader.mapped.get(i))
                     reader.used(i, static.copy_stream)  # its buffer is free once copied
+                if reader is not None:
+                    reader.checked(i)  # its mapped bytes' episodes passed their checks
                 if decoded is not None:
                     decoded.take(i)  # batch i's frames, ready on this stream
                 batch = rings[i]()
@@ -330,8 +332,6 @@ class StoreBatches:
                     decoded.release(i)
                 if static is not None:
                     static.cut()
-                if reader is not None:
-                    reader.checked(i)  # its mapped bytes' episodes passed their checks
                 return batch
         else:
 

@@ -63,7 +63,6 @@ class EpisodeChecks:
         left = episodes[(state != -1) & (state != token)]
         if left.size == 0:
             return None
-        self.state[left] = token
         first, end = self.bounds[left], self.bounds[left + 1]
         ticket = reader.submit_checks(
             self.file.fd,
@@ -71,6 +70,7 @@ class EpisodeChecks:
             ((end - first) * self.row_bytes).tolist(),
             self.sums[left].tolist(),
         )
+        self.state[left] = token  # once handed over: a refused submit marks none
         return ticket, left
 
     def wait(self, reader, pending):

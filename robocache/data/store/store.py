@@ -304,6 +304,8 @@ class EpisodeStore:
                 "EpisodeStore.save: this store is one rank's shard; save the whole store "
                 "(each rank then loads its part with load(directory, shard=(rank, world_size)))"
             )
+        # Mapped values are read whole, and written with new CRCs: checked first.
+        self._check_mapped(self.mapped)
         store_format.write(directory, self.streams, self.episodes, self.tasks, self.fps, self.info)
 
     @classmethod
@@ -337,11 +339,9 @@ class EpisodeStore:
             verify: check every tensor against the CRC-32 that ``save``
                 wrote: the index (times, offsets, statistics, episodes) at
                 once; each episode's values the first time they are read
-                (the sampler's reads of a mapped key, or a copy into memory:
-                ``place``, ``to``, ``mmap=False``), so that a mapped store
-                opens after reading its index alone. Encoded keys left
-                mapped are checked at load (their decoders read their
-                bytes unchecked).
+                (the sampler's reads of a mapped key, raw or encoded, or a
+                copy: ``place``, ``to``, ``mmap=False``, ``save``), so that
+                a mapped store opens after reading its index alone.
                 Values read straight from ``store[key].values`` of a
                 mapped key are not checked.
 

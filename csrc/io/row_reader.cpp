@@ -158,6 +158,7 @@ void RowReader::close() {
       return;
     }
     stopping_ = true;
+    closing_.store(true);
   }
   wake_.notify_all();
   for (auto& worker : workers_) {
@@ -175,9 +176,12 @@ int64_t RowReader::pending() {
   return static_cast<int64_t>(jobs_.size());
 }
 
-void RowReader::run_part(Job& job) {
+void RowReader::run_part(Job& job, const std::atomic<bool>* stop) {
   std::vector<uint8_t> scratch;
   for (;;) {
+    if (stop != nullptr && stop->load()) {
+      return;
+    }
     const int64_t i = job.next.fetch_add(1);
     if (i >= job.count()) {
       return;
@@ -227,7 +231,7 @@ void RowReader::work() {
         continue;
       }
     }
-    run_part(*job);
+    run_part(*job, &closing_);
   }
 }
 

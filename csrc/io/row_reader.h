@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/custom_class.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -83,7 +84,9 @@ class RowReader : public torch::CustomClassHolder {
  private:
   struct Job;
   void work();
-  static void run_part(Job& job);
+  // Reads the job's pieces not yet taken; with `stop` set (a reader's own
+  // threads), returns before each one once it is (the waiter reads the rest).
+  static void run_part(Job& job, const std::atomic<bool>* stop = nullptr);
   int64_t enqueue(std::shared_ptr<Job> job, const char* where);
 
   std::vector<std::thread> workers_;
@@ -93,6 +96,7 @@ class RowReader : public torch::CustomClassHolder {
   std::unordered_map<int64_t, std::shared_ptr<Job>> jobs_;  // reads not yet waited for
   int64_t next_ticket_ = 0;
   bool stopping_ = false;
+  std::atomic<bool> closing_{false};  // stopping_, read by the threads between pieces
 };
 
 }  // namespace robocache::io

@@ -20,7 +20,8 @@ import torch
 
 from ..errors import LoaderError
 from ..frames.decoders import decoder_for, nvimgcodec
-from ..store.rows import caller_reader
+from ..store.checks import CHECK_THREADS
+from ..store.rows import caller_reader, row_reader
 from .cut import rows_around
 from .open_work import track, untrack
 
@@ -160,9 +161,15 @@ class FrameKey:
         begin = self.bounds[rows]
         checks = self.mapped.checks
         if checks is not None and not checks.done and rows.numel():
-            # Their episodes checked first, where not yet (store/checks.py).
-            file_rows = begin.numpy() + self.mapped.first_row
-            checks.check_now(checks.episodes_of(file_rows), caller_reader())
+            # Their episodes checked first, where not yet (store/checks.py),
+            # each read whole, several at once.
+            episodes = checks.episodes_of(begin.numpy() + self.mapped.first_row)
+            if (checks.state[episodes] != -1).any():
+                reader = row_reader(CHECK_THREADS)
+                try:
+                    checks.check_now(episodes, reader)
+                finally:
+                    reader.close()
         lengths = self.bounds[rows + 1] - begin
         at = torch.cumsum(lengths, 0) - lengths
         values = torch.empty(int(lengths.sum()), dtype=torch.uint8)

@@ -20,8 +20,7 @@ import torch
 
 from ..errors import LoaderError
 from ..frames.decoders import decoder_for, nvimgcodec
-from ..store.checks import CHECK_THREADS
-from ..store.rows import caller_reader, row_reader
+from ..store.rows import caller_reader
 from .cut import rows_around
 from .open_work import track, untrack
 
@@ -159,17 +158,7 @@ class FrameKey:
         from the store's file in one native call, end to end, and where
         each one's lie in them."""
         begin = self.bounds[rows]
-        checks = self.mapped.checks
-        if checks is not None and not checks.done and rows.numel():
-            # Their episodes checked first, where not yet (store/checks.py),
-            # each read whole, several at once.
-            episodes = checks.episodes_of(begin.numpy() + self.mapped.first_row)
-            if (checks.state[episodes] != -1).any():
-                reader = row_reader(CHECK_THREADS)
-                try:
-                    checks.check_now(episodes, reader)
-                finally:
-                    reader.close()
+        self.mapped.check(begin.numpy())  # their episodes, where not checked yet
         lengths = self.bounds[rows + 1] - begin
         at = torch.cumsum(lengths, 0) - lengths
         values = torch.empty(int(lengths.sum()), dtype=torch.uint8)

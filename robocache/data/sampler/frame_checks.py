@@ -8,10 +8,13 @@ not checked yet against their CRC-32s (store/checks.py) are checked ahead,
 batch is handed out only once its episodes have passed.
 """
 
+from functools import partial
+
 import torch
 
 from ..store.checks import CHECK_THREADS, new_token
 from ..store.rows import row_reader
+from .mapped import HandedAhead, wait_all
 
 
 def checked_frames(frames):
@@ -23,7 +26,7 @@ def checked_frames(frames):
     ]  # fmt: skip
 
 
-class FrameChecks:
+class FrameChecks(HandedAhead):
     """The episodes that batches of ``parts`` (an EpochParts, anchors on the
     host) read through ``frames`` (FrameKeys of mapped keys with checks),
     checked ``depth`` batches ahead. ``anchor_offsets``: the anchor key's
@@ -32,17 +35,12 @@ class FrameChecks:
     not); ``close()`` ends the checking threads."""
 
     def __init__(self, frames, anchor_offsets, parts, depth):
-        self.frames, self.parts, self.depth = frames, parts, depth
+        self.frames, self.parts = frames, parts
         self.ends = anchor_offsets[1:].cpu()
         self.reader = row_reader(CHECK_THREADS)
         self.token = new_token()
         self.pending = {}
-        try:
-            for b in range(min(depth, len(parts))):
-                self._submit(b)
-        except BaseException:
-            self.close()
-            raise
+        self._start(depth, len(parts))
 
     def _episodes(self, frame, episodes):
         """The episodes of the store's file holding ``frame``'s bytes of the
@@ -52,30 +50,20 @@ class FrameChecks:
         return frame.mapped.checks.episodes_of(begins.numpy() + frame.mapped.first_row)
 
     def _submit(self, b):
+        left = [f for f in self.frames if not f.mapped.checks.done]
+        self.pending[b] = pending = []
+        if not left:
+            return
         anchors = self.parts[b].cpu()
         episodes = torch.unique(torch.searchsorted(self.ends, anchors, right=True))
-        pending = []
-        for frame in self.frames:
+        for frame in left:
             checks = frame.mapped.checks
-            if not checks.done and episodes.numel():
-                handed = checks.submit(self.reader, self._episodes(frame, episodes), self.token)
-                pending.append((checks, handed))
-        self.pending[b] = pending
+            pending.append((checks, checks.submit(self.reader, self._episodes(frame, episodes),
+                                                  self.token)))  # fmt: skip
 
     def wait(self, i):
-        ahead = i + self.depth
-        if ahead < len(self.parts) and ahead not in self.pending:
-            self._submit(ahead)
-        if i not in self.pending:
-            self._submit(i)
-        error = None
-        for checks, handed in self.pending.pop(i):
-            try:
-                checks.wait(self.reader, handed)
-            except Exception as e:  # every check is waited for; the first error raised
-                error = error or e
-        if error is not None:
-            raise error
+        self._hand(i)
+        wait_all([partial(c.wait, self.reader, handed) for c, handed in self.pending.pop(i)])
 
     def close(self):
         try:

@@ -223,18 +223,12 @@ class MappedReads:
     def wait(self, b):
         """Batch b's streams, once its checks and reads are done: every one
         is waited for, and the first error then raised."""
-        streams, error = {}, None
+        streams, waits = {}, []
         for finder, checks, ticket, read in self.pending.pop(b):
-            waits = [partial(c.wait, self.reader, handed) for c, handed in checks]
+            waits += [partial(c.wait, self.reader, handed) for c, handed in checks]
             waits.append(partial(finder.wait, self.reader, ticket))
-            for wait in waits:
-                try:
-                    wait()
-                except LoaderError as e:
-                    error = error or e
             streams.update(read)
-        if error is not None:
-            raise error
+        wait_all(waits)
         return streams
 
     def now(self, index, anchor, edge_tolerance):
@@ -256,7 +250,44 @@ class MappedReads:
                     key.rows.checks.release(self.token)
 
 
-class MappedAhead:
+def wait_all(waits):
+    """Calls each of ``waits``, then raises the first LoaderError one raised
+    (every read or check handed over is waited for)."""
+    error = None
+    for wait in waits:
+        try:
+            wait()
+        except LoaderError as e:
+            error = error or e
+    if error is not None:
+        raise error
+
+
+class HandedAhead:
+    """Work for an epoch's batches handed over ``depth`` batches ahead of
+    the one waited for. A subclass hands batch b over with ``_submit(b)``
+    (then in ``pending``), stops its work with ``close()``, and calls
+    ``_start`` once, then ``_hand(i)`` before it waits for batch i."""
+
+    def _start(self, depth, count):
+        self.depth, self.count = depth, count
+        try:
+            for b in range(min(depth, count)):
+                self._submit(b)
+        except BaseException:
+            self.close()
+            raise
+
+    def _hand(self, i):
+        """Batch i + depth handed over, and batch i where it was not."""
+        ahead = i + self.depth
+        if ahead < self.count and ahead not in self.pending:
+            self._submit(ahead)
+        if i not in self.pending:
+            self._submit(i)
+
+
+class MappedAhead(HandedAhead):
     """An epoch's mapped rows, read ``depth`` batches ahead: ``get(i)``
     hands batch i + depth to the reader and waits for batch i's streams;
     ``close()`` ends the reader's threads. The rows wait in memory of their
@@ -265,17 +296,13 @@ class MappedAhead:
     queued), or in a buffer a batch."""
 
     def __init__(self, finders, anchor, edge_tolerance, parts, depth, reader, pin, ring=None):
-        self.anchor, self.edge, self.parts, self.depth = anchor, edge_tolerance, parts, depth
+        self.anchor, self.edge, self.parts = anchor, edge_tolerance, parts
         self.reads = MappedReads(finders, reader, pin, ring)
+        self.pending = self.reads.pending
         self.chunk = None  # (first batch, [(rows, bounds) per finder])
         if ring is not None:
             ring.busy = True
-        try:
-            for b in range(min(depth, len(parts))):
-                self._submit(b)
-        except BaseException:
-            self.close()
-            raise
+        self._start(depth, len(parts))
 
     def _found(self, b):
         """Each finder's rows of batch b, found a chunk of batches at a time."""
@@ -293,11 +320,7 @@ class MappedAhead:
         self.reads.submit(b, self._found(b))
 
     def get(self, i):
-        ahead = i + self.depth
-        if ahead < len(self.parts) and ahead not in self.reads.pending:
-            self._submit(ahead)
-        if i not in self.reads.pending:
-            self._submit(i)
+        self._hand(i)
         return self.reads.wait(i)
 
     def used(self, i, cuda_stream=None):

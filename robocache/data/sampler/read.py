@@ -232,20 +232,18 @@ class Ahead:
             return
         self.closed = True
         untrack(self)
-        try:
-            if self.gpu is not None and not keep_decoding:
-                self.gpu.close()
-        finally:
+        parts = [self.host, self.mapped, self.checks]
+        if not keep_decoding:
+            parts.insert(0, self.gpu)
+        error = None
+        for part in parts:  # each one closed, whatever the others raise
             try:
-                if self.host is not None:
-                    self.host.close()
-            finally:
-                try:
-                    if self.mapped is not None:
-                        self.mapped.close()
-                finally:
-                    if self.checks is not None:
-                        self.checks.close()
+                if part is not None:
+                    part.close()
+            except BaseException as e:
+                error = error or e
+        if error is not None:
+            raise error
 
 
 class HostDecodeAhead:

@@ -92,16 +92,14 @@ class EpisodeChecks:
         forgotten (its reader stopped)."""
         self.state[self.state == token] = 0
 
-    def check_rows(self, first, end, reader):
-        """Checks now every episode holding rows ``first:end`` of the file's
-        stream not checked yet (``reader``: a RowReader with threads)."""
-        if self.done or end <= first:
-            return
-        episodes = np.arange(
+    def episodes_between(self, first, end):
+        """The episodes holding rows ``first:end`` of the file's stream."""
+        if end <= first:
+            return np.zeros(0, dtype=np.int64)
+        return np.arange(
             np.searchsorted(self.bounds, first, side="right") - 1,
             np.searchsorted(self.bounds, end - 1, side="right"),
         )
-        self.check_now(episodes, reader)
 
     def check_now(self, episodes, reader):
         """Checks ``episodes`` not checked yet, now, on ``reader``."""

@@ -132,14 +132,22 @@ class MappedRows:
         be a shard's part of it)."""
         return (self.begin - self.checks.begin) // self.row_bytes if self.checks else 0
 
-    def check(self):
-        """Checks every episode of these rows not checked yet, now (before
-        they are all read: a copy into memory)."""
-        if self.checks is None or self.checks.done:
+    def check(self, rows=None):
+        """Checks now, several episodes at once, those not checked yet that
+        hold ``rows`` (sorted rows of these, a numpy array; None: every
+        one), before they are read (a copy into memory, a decoder's read)."""
+        checks = self.checks
+        if checks is None or checks.done:
+            return
+        if rows is None:
+            episodes = checks.episodes_between(self.first_row, self.first_row + self.rows)
+        else:
+            episodes = checks.episodes_of(rows + self.first_row)
+        if (checks.state[episodes] == -1).all():
             return
         reader = row_reader(CHECK_THREADS)
         try:
-            self.checks.check_rows(self.first_row, self.first_row + self.rows, reader)
+            checks.check_now(episodes, reader)
         finally:
             reader.close()
 

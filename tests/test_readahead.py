@@ -13,10 +13,10 @@ from conftest import requires_cuda
 from fixtures.corrupt import truncate
 
 from robocache.data import EpisodeStore, LoaderError, WindowSampler
-from robocache.data.sampler.buffers import StaticRows
-from robocache.data.sampler.mapped import finders_of
+from robocache.data.sampler.buffers import PinnedRing, StaticRows
+from robocache.data.sampler.mapped import MappedReads, finders_of
 from robocache.data.sampler.plan import check_options, edge_tolerance_ns, plan_keys
-from robocache.data.store.rows import MappedRows, StoreFile, row_reader
+from robocache.data.store.rows import MappedRows, StoreFile, caller_reader, row_reader
 
 MS = 1_000_000
 
@@ -214,16 +214,27 @@ def test_rows_staged_for_the_graphs_are_not_zeroed_after_they_land(tmp_path):
     sampler = WindowSampler(EpisodeStore.load(tmp_path), DELTAS, device="cuda", modes=modes,
                             anchor="anchor", batch_size=4)  # fmt: skip
     batches, reader = sampler._batches, sampler._batches.reader
-    streams = reader.mapped_now(torch.tensor([0, 5, 11, 20]), batches.anchor_host,
-                                batches.options.edge_tolerance)  # fmt: skip
+    device = torch.device("cuda")
+    # Batch 0's rows read into a ring's slot, as the read ahead reads them.
+    ring = PinnedRing(reader.finders, 4, 1, device)
+    reads = MappedReads(reader.finders, caller_reader(), True, ring)
+    index = torch.tensor([0, 5, 11, 20])
+    found = []
+    for f in reader.finders:
+        rows, bounds = f.rows_of(index, batches.anchor_host, batches.options.edge_tolerance, 4)
+        found.append((rows, f.indexes(rows, bounds)[0]))
+    reads.submit(0, found)
+    streams, sizes = reads.wait(0)
+    reads.release()
     # Buffers of these sizes made and freed first: the next come from the
     # allocator's cache, with no cudaMalloc, which may wait for the device.
-    StaticRows(reader.finders, 4, torch.device("cuda"))
+    StaticRows(reader.finders, 4, device)
     # The buffers' zero fill waits behind other work on the current stream;
     # the rows copied on the buffers' own stream land after it.
     torch.cuda._sleep(200_000_000)
-    static = StaticRows(reader.finders, 4, torch.device("cuda"))
-    static.stage(streams)
+    static = StaticRows(reader.finders, 4, device)
+    static.stage(ring, 0, sizes)
+    assert not ring.copied[0].query()  # the slot is busy until the copy is done
     for position, (values, times, offsets) in streams.items():
         staged = static.streams[position]
         assert values.shape[0] > 0
@@ -464,9 +475,16 @@ def test_a_batch_reads_only_rows_near_its_windows(tmp_path):
     episode = store["joints"].offsets
     assert int(episode[3]) <= int(later.min()) and int(later.max()) < int(episode[4])
     reader = row_reader(2)
-    ticket, streams = finder.submit(reader, first, False)
+    index, at = finder.indexes(found, bounds)
+    for b in range(2):  # each batch's own episodes' offsets in its rows, then its rows' times
+        rows = found[bounds[b] : bounds[b + 1]]
+        want = torch.cat([torch.searchsorted(rows, finder.offsets), finder.times[rows]])
+        assert torch.equal(index[at[b] : at[b + 1]], want)
+    ticket, buffer, size = finder.submit(reader, first, index[at[0] : at[1]], False)
     finder.wait(reader, ticket)
-    ((values, times, offsets),) = streams.values()
+    ((values, times, offsets),) = finder.views(buffer, first.numel(), first.numel()).values()
+    # The buffer (its index first) up to the end of its last key's rows.
+    assert size == values.data_ptr() + values.nbytes - offsets.data_ptr()
     assert torch.equal(values, store["joints"].values[first])
     assert torch.equal(times, store["joints"].times[first])
     assert offsets[0] == 0 and offsets[1] == first.numel() and offsets[-1] == first.numel()

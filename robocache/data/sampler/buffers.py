@@ -23,92 +23,74 @@ def slot_sizes(finders, batch_size):
 
 class PinnedRing:
     """Pinned buffers that batches' mapped rows land in, made once: batch b
-    of an iteration in slot ``b % slots`` (one buffer a finder, as many
-    bytes as a batch reads at most). ``used(b, cuda_stream)`` says the work
-    queued on ``cuda_stream`` (default: ``device``'s current stream) copies
-    batch b's rows; the slot is read into again once that work is done
-    (waited for on the host only where it is not). ``busy``: an iteration
-    reads into it."""
+    of an iteration in slot ``b % slots`` (one buffer a finder, laid out for
+    the most rows a batch reads, ``rooms``). ``used(b, cuda_stream)`` says
+    the work queued on ``cuda_stream`` (default: ``device``'s current
+    stream) copies batch b's rows; the slot is read into again once that
+    work is done (waited for on the host only where it is not). ``busy``:
+    an iteration reads into it."""
 
     def __init__(self, finders, batch_size, slots, device):
         self.slots, self.busy, self.device = slots, False, device
+        self.rooms = [capacity(f, batch_size) for f in finders]
         self.buffers = [
             [torch.empty(size, dtype=torch.uint8, pin_memory=True)
              for size in slot_sizes(finders, batch_size)]
             for _ in range(slots)
         ]  # fmt: skip
-        self.copied = [None] * slots
+        # Each slot's event, recorded once now so that it exists (StaticRows
+        # records it natively).
+        current = torch.cuda.current_stream(device)
+        self.copied = [torch.cuda.Event() for _ in range(slots)]
+        for event in self.copied:
+            event.record(current)
 
     def take(self, b):
         """Batch b's buffers, once the GPU is done copying from them."""
-        slot = b % self.slots
-        copied = self.copied[slot]
-        if copied is not None and not copied.query():
+        copied = self.copied[b % self.slots]
+        if not copied.query():
             copied.synchronize()
-        return self.buffers[slot]
+        return self.buffers[b % self.slots]
 
     def used(self, b, cuda_stream=None):
-        slot = b % self.slots
-        if self.copied[slot] is None:
-            self.copied[slot] = torch.cuda.Event()
-        self.copied[slot].record(cuda_stream or torch.cuda.current_stream(self.device))
+        self.copied[b % self.slots].record(cuda_stream or torch.cuda.current_stream(self.device))
 
 
 class StaticRows:
-    """Device buffers that a sampler's CUDA graphs cut mapped keys from:
-    ``streams``, key position -> (values, times, offsets), each holding as
-    many rows as a batch reads at most. Rows past a batch's own are never
-    read: its offsets end at its rows.
+    """Device buffers that a sampler's CUDA graphs cut mapped keys from, one
+    a finder, laid out as a PinnedRing's slot: ``streams``, key position ->
+    (values, times, offsets), views of them holding as many rows as a batch
+    reads at most. Rows past a batch's own are never read: its offsets end
+    at its rows.
 
-    ``stage(streams)`` copies a batch's rows (read ahead into pinned memory)
-    into them on a CUDA stream of their own, once the last batch's cut has
-    read them (``cut()`` marks that), so that the copy runs beside the
-    caller's step on the last batch; the current stream waits for the copy
-    on the GPU. Nothing waits on the host."""
+    ``stage(ring, b, sizes)`` copies batch b's rows (read ahead into
+    ``ring``; the first ``sizes[k]`` bytes of finder k's buffer) into them,
+    in one native call, on a CUDA stream of their own, once the last
+    batch's cut has read them (``cut()`` marks that), so that the copy runs
+    beside the caller's step on the last batch; the current stream waits
+    for the copy on the GPU, and the ring's slot is free once it is done.
+    Nothing waits on the host."""
 
     def __init__(self, finders, batch_size, device):
         self.device = device
         self.streams = {}
+        buffers = []
         for finder in finders:
             rows = capacity(finder, batch_size)
-            times = torch.zeros(rows, dtype=finder.times.dtype, device=device)
-            offsets = torch.zeros_like(finder.offsets, device=device)
-            for key in finder.keys:
-                shape, dtype = key.rows.shape, key.rows.dtype
-                values = torch.zeros((rows, *shape), dtype=dtype, device=device)
-                self.streams[key.position] = (values, times, offsets)
-        self.copy_stream = torch.cuda.Stream(device)
-        # The last cut's reads of the buffers; first, their zero fill, queued
-        # on the current stream, which the first copy must not overtake.
-        self.read = torch.cuda.Event()
-        self.read.record(torch.cuda.current_stream(device))
-        self.copied = torch.cuda.Event()
+            buffer = torch.zeros(finder.buffer_bytes(batch_size), dtype=torch.uint8, device=device)
+            self.streams.update(finder.views(buffer, rows, rows))
+            buffers.append(buffer)
+        # Made after the buffers' zero fill, which the first copy waits for.
+        self.staging = torch.classes.robocache.RowStaging(buffers)
 
-    def stage(self, streams):
-        caller = torch.cuda.current_stream(self.device)
-        device = torch.cuda.current_device()
-        copy = self.copy_stream
-        copy.wait_event(self.read)
-        torch.cuda.set_stream(copy)  # which makes its device current
-        try:
-            staged = set()
-            for position, (values, times, offsets) in streams.items():
-                into = self.streams[position]
-                into[0][: values.shape[0]].copy_(values, non_blocking=True)
-                if id(times) not in staged:  # keys of one finder share them
-                    staged.add(id(times))
-                    into[1][: times.shape[0]].copy_(times, non_blocking=True)
-                    into[2].copy_(offsets, non_blocking=True)
-            self.copied.record(copy)
-        finally:
-            torch.cuda.set_stream(caller)
-            if torch.cuda.current_device() != device:
-                torch.cuda.set_device(device)
-        caller.wait_event(self.copied)
+    def stage(self, ring, b, sizes):
+        self.staging.stage(
+            ring.buffers[b % ring.slots], sizes, ring.copied[b % ring.slots].cuda_event
+        )
 
     def cut(self):
         """The current stream has queued the cut that reads the buffers."""
-        self.read.record(torch.cuda.current_stream(self.device))
+        self.staging.cut()
 
 
 def capacity(finder, batch_size):

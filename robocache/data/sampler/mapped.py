@@ -103,6 +103,22 @@ class RowFinder:
         bounds = np.searchsorted(keyed, np.arange(batches + 1) * count)
         return torch.from_numpy(keyed % max(count, 1)), bounds.tolist()
 
+    def indexes(self, rows, bounds):
+        """Each batch's index of its packed stream (``rows_of``'s batches):
+        (index, at), batch b's ``index[at[b]:at[b + 1]]``, its episodes'
+        offsets in its rows, then its rows' times, as ``submit`` lays them."""
+        edges, batches = self.offsets.numel(), len(bounds) - 1
+        rows, bounds = rows.numpy(), np.asarray(bounds)
+        owner = np.repeat(np.arange(batches), np.diff(bounds))
+        keyed = owner * max(self.times.numel(), 1) + rows  # sorted: by batch, then row
+        starts = np.arange(batches).reshape(-1, 1) * max(self.times.numel(), 1)
+        offsets = np.searchsorted(keyed, starts + self.offsets.numpy()) - bounds[:-1].reshape(-1, 1)
+        at = np.arange(batches + 1) * edges + bounds
+        index = np.empty(at[-1], dtype=np.int64)
+        index[(at[:-1].reshape(-1, 1) + np.arange(edges)).reshape(-1)] = offsets.reshape(-1)
+        index[np.arange(rows.size) + (owner + 1) * edges] = self.times.numpy()[rows]
+        return torch.from_numpy(index), at.tolist()
+
     def submit_checks(self, reader, found, token):
         """Hands ``reader`` the checks of the episodes that rows ``found``
         lie in, for every key whose file's episodes are not all checked
@@ -133,36 +149,38 @@ class RowFinder:
         at, sizes = self._layout(rows)
         return at[-1] + sizes[-1]
 
-    def submit(self, reader, found, pin, buffer=None):
-        """Hands the read of rows ``found`` of every key to ``reader``, into
-        ``buffer`` (uint8, large enough) or one made now (pinned where
-        ``pin``): (ticket, streams), key position -> (values, times,
-        offsets) of the packed stream, its index (the offsets, then the
-        times) filled now."""
-        count, edges = found.numel(), self.offsets.numel()
-        keys = self.keys
-        at, sizes = self._layout(count)
-        if buffer is None:
-            buffer = torch.empty(at[-1] + sizes[-1], dtype=torch.uint8, pin_memory=pin)
+    def views(self, buffer, room, count):
+        """Key position -> (values, times, offsets): the packed stream of
+        ``count`` rows in ``buffer`` (uint8), laid out for ``room`` rows."""
+        edges = self.offsets.numel()
         index = buffer[: 8 * (edges + count)].view(torch.int64)
         offsets, times = index[:edges], index[edges:]
-        torch.searchsorted(found, self.offsets, out=offsets)
-        torch.index_select(self.times, 0, found, out=times)
-        rows = [key.rows for key in keys]
+        streams = {}
+        for key, start in zip(self.keys, self._layout(room)[0]):
+            r = key.rows
+            values = buffer[start : start + r.row_bytes * count].view(r.dtype)
+            streams[key.position] = (values.view(count, *r.shape), times, offsets)
+        return streams
+
+    def submit(self, reader, found, index, pin, buffer=None, room=None):
+        """Hands the read of rows ``found`` of every key to ``reader``, into
+        ``buffer`` (uint8, laid out for ``room`` rows, at least as many) or
+        one made now (pinned where ``pin``), its index (``indexes``) copied
+        in now: (ticket, buffer, size), ``size`` the bytes from the buffer's
+        start to its last row's end (``views`` then finds the streams)."""
+        count = found.numel()
+        room = count if room is None else room
+        at, sizes = self._layout(room)
+        if buffer is None:
+            buffer = torch.empty(at[-1] + sizes[-1], dtype=torch.uint8, pin_memory=pin)
+        buffer[: 8 * index.numel()].view(torch.int64).copy_(index)
+        rows = [key.rows for key in self.keys]
         read = [(r, start) for r, start in zip(rows, at) if r.row_bytes]  # rows of no bytes: none
         ticket = None
         if read and count:
             ticket = reader.submit(self.file.fd, rows[0].rows, found, [r.begin for r, _ in read],
                                    [r.row_bytes for r, _ in read], buffer, [a for _, a in read])  # fmt: skip
-        streams = {
-            key.position: (
-                buffer[start : start + size].view(r.dtype).view(count, *r.shape),
-                times,
-                offsets,
-            )
-            for key, r, start, size in zip(keys, rows, at, sizes)
-        }
-        return ticket, streams
+        return ticket, buffer, at[-1] + count * rows[-1].row_bytes
 
     def wait(self, reader, ticket):
         if ticket is not None and reader.wait(ticket) >= 0:
@@ -213,31 +231,46 @@ class MappedReads:
             self.ring.used(b, cuda_stream)
 
     def submit(self, b, found):
+        """Hands batch b's reads over: ``found``, each finder's (rows,
+        index) (``RowFinder.rows_of``, ``RowFinder.indexes``)."""
         token = self.token
-        self.pending[b] = [
-            (f, f.submit_checks(self.reader, rows, token),
-             *f.submit(self.reader, rows, self.pin, buffer))
-            for f, rows, buffer in zip(self.finders, found, self._buffers(b))
-        ]  # fmt: skip
+        buffers = self._buffers(b)
+        rooms = self.ring.rooms if buffers[0] is not None else [None] * len(buffers)
+        pending = []
+        for f, (rows, index), buffer, room in zip(self.finders, found, buffers, rooms):
+            checks = f.submit_checks(self.reader, rows, token)
+            ticket, buffer, size = f.submit(self.reader, rows, index, self.pin, buffer, room)
+            pending.append((f, checks, ticket, (buffer, room or rows.numel(), rows.numel()), size))
+        self.pending[b] = pending
 
-    def wait(self, b):
-        """Batch b's streams, once its checks and reads are done: every one
-        is waited for, and the first error then raised."""
-        streams, waits = {}, []
-        for finder, checks, ticket, read in self.pending.pop(b):
+    def wait(self, b, streams=True):
+        """Once batch b's checks and reads are done (every one waited for,
+        the first error then raised): the bytes each finder's buffer holds
+        (``RowFinder.submit``'s sizes), and where ``streams``, the batch's
+        streams (key position -> (values, times, offsets))."""
+        pending, waits = self.pending.pop(b), []
+        for finder, checks, ticket, _, _ in pending:
             waits += [partial(c.wait, self.reader, handed) for c, handed in checks]
             waits.append(partial(finder.wait, self.reader, ticket))
-            streams.update(read)
         wait_all(waits)
-        return streams
+        sizes = [size for *_, size in pending]
+        if not streams:
+            return None, sizes
+        views = {}
+        for finder, _, _, landed, _ in pending:
+            views.update(finder.views(*landed))
+        return views, sizes
 
     def now(self, index, anchor, edge_tolerance):
         """The streams of the batch anchored at ``index`` (host), read now."""
-        found = [f.rows_of(index, anchor, edge_tolerance, max(1, index.numel()))[0]
-                 for f in self.finders]  # fmt: skip
+        size = max(1, index.numel())
+        found = []
+        for f in self.finders:
+            rows, bounds = f.rows_of(index, anchor, edge_tolerance, size)
+            found.append((rows, f.indexes(rows, bounds)[0]))
         try:
             self.submit(-1, found)
-            return self.wait(-1)
+            return self.wait(-1)[0]
         finally:
             self.release()
 
@@ -305,23 +338,35 @@ class MappedAhead(HandedAhead):
         self._start(depth, len(parts))
 
     def _found(self, b):
-        """Each finder's rows of batch b, found a chunk of batches at a time."""
+        """Each finder's (rows, index) of batch b, found a chunk of batches
+        at a time."""
         first = b - b % CHUNK_BATCHES
         if self.chunk is None or self.chunk[0] != first:
             parts, size = self.parts, self.parts.batch_size
             end = min(first + CHUNK_BATCHES, len(parts))
             index = parts.anchors[first * size : end * size].cpu()
-            self.chunk = (first, [f.rows_of(index, self.anchor, self.edge, size)
-                                  for f in self.reads.finders])  # fmt: skip
-        at = b - first
-        return [rows[bounds[at] : bounds[at + 1]] for rows, bounds in self.chunk[1]]
+            found = []
+            for f in self.reads.finders:
+                rows, bounds = f.rows_of(index, self.anchor, self.edge, size)
+                found.append((rows, bounds, *f.indexes(rows, bounds)))
+            self.chunk = (first, found)
+        k = b - first
+        return [(rows[bounds[k] : bounds[k + 1]], index[at[k] : at[k + 1]])
+                for rows, bounds, index, at in self.chunk[1]]  # fmt: skip
 
     def _submit(self, b):
         self.reads.submit(b, self._found(b))
 
     def get(self, i):
         self._hand(i)
-        return self.reads.wait(i)
+        return self.reads.wait(i)[0]
+
+    def stage(self, i, static):
+        """Batch i's rows, once read, copied into ``static`` (the StaticRows
+        that the graphs cut them from) on the GPU; the ring's slot is free
+        once they are."""
+        self._hand(i)
+        static.stage(self.reads.ring, i, self.reads.wait(i, streams=False)[1])
 
     def used(self, i, cuda_stream=None):
         """Batch i's rows are copied by the work queued on ``cuda_stream``

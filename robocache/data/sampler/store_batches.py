@@ -321,8 +321,7 @@ class StoreBatches:
                 if reader is not None and reader.mapped is not None:
                     # Batch i's rows, into the buffers its graph cuts them from.
                     static = self.reader.static_rows()
-                    static.stage(reader.mapped.get(i))
-                    reader.used(i, static.copy_stream)  # its buffer is free once copied
+                    reader.mapped.stage(i, static)  # its ring slot is free once copied
                 if reader is not None:
                     reader.checked(i)  # its mapped bytes' episodes passed their checks
                 if decoded is not None:

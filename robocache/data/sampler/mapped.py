@@ -24,7 +24,7 @@ from .cut import rows_around
 
 # Batches whose rows are found at once: the host's cut over row numbers runs
 # once a chunk, not once a batch.
-CHUNK_BATCHES = 16
+CHUNK_BATCHES = 64
 
 
 class MappedKey:
@@ -49,9 +49,11 @@ class RowFinder:
         self.deltas = plan.deltas.cpu()
         self.row_numbers = torch.arange(self.times.numel()).view(-1, 1)
         self.file = keys[0].rows.file
+        self._reads, self._room = {}, None  # submit's layouts and arguments, by room
 
     def add(self, key):
         self.keys.append(key)
+        self._reads.clear()
 
     def shares(self, plan, stream):
         """Whether a key of ``plan`` over ``stream`` reads the same rows."""
@@ -170,17 +172,30 @@ class RowFinder:
         start to its last row's end (``views`` then finds the streams)."""
         count = found.numel()
         room = count if room is None else room
-        at, sizes = self._layout(room)
+        layout = self._reads.get(room)
+        if layout is None:  # the same for every batch of a ring
+            at, sizes = self._layout(room)
+            read = [(key.rows, start) for key, start in zip(self.keys, at) if key.rows.row_bytes]
+            layout = self._reads[room] = (
+                at[-1] + sizes[-1],
+                [r.begin for r, _ in read],
+                [r.row_bytes for r, _ in read],
+                [start for _, start in read],  # rows of no bytes: none read
+                at[-1],
+                self.keys[-1].rows.row_bytes,
+            )  # fmt: skip
+            if room != self._room:
+                self._reads.pop(self._room, None)  # a batch's own size: one kept
+                self._room = room
+        total, begins, row_bytes, starts, last, last_bytes = layout
         if buffer is None:
-            buffer = torch.empty(at[-1] + sizes[-1], dtype=torch.uint8, pin_memory=pin)
+            buffer = torch.empty(total, dtype=torch.uint8, pin_memory=pin)
         buffer[: 8 * index.numel()].view(torch.int64).copy_(index)
-        rows = [key.rows for key in self.keys]
-        read = [(r, start) for r, start in zip(rows, at) if r.row_bytes]  # rows of no bytes: none
         ticket = None
-        if read and count:
-            ticket = reader.submit(self.file.fd, rows[0].rows, found, [r.begin for r, _ in read],
-                                   [r.row_bytes for r, _ in read], buffer, [a for _, a in read])  # fmt: skip
-        return ticket, buffer, at[-1] + count * rows[-1].row_bytes
+        if begins and count:
+            ticket = reader.submit(self.file.fd, self.keys[0].rows.rows, found, begins, row_bytes,
+                                   buffer, starts)  # fmt: skip
+        return ticket, buffer, last + count * last_bytes
 
     def wait(self, reader, ticket):
         if ticket is not None and reader.wait(ticket) >= 0:
@@ -332,7 +347,7 @@ class MappedAhead(HandedAhead):
         self.anchor, self.edge, self.parts = anchor, edge_tolerance, parts
         self.reads = MappedReads(finders, reader, pin, ring)
         self.pending = self.reads.pending
-        self.chunk = None  # (first batch, [(rows, bounds) per finder])
+        self.chunk = None  # (first batch, [(rows, bounds, index, at) per finder])
         if ring is not None:
             ring.busy = True
         self._start(depth, len(parts))

@@ -14,7 +14,7 @@ import torch
 
 from ..store.checks import CHECK_THREADS, new_token
 from ..store.rows import row_reader
-from .mapped import HandedAhead, wait_all
+from .handed import HandedAhead, wait_all
 
 
 def checked_frames(frames):

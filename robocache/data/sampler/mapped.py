@@ -17,10 +17,10 @@ from functools import partial
 import numpy as np
 import torch
 
-from ..errors import LoaderError
 from ..store.checks import new_token
 from .buffers import capacity
 from .cut import rows_around
+from .handed import HandedAhead, wait_all
 
 # Batches whose rows are found at once: the host's cut over row numbers runs
 # once a chunk, not once a batch.
@@ -49,7 +49,7 @@ class RowFinder:
         self.deltas = plan.deltas.cpu()
         self.row_numbers = torch.arange(self.times.numel()).view(-1, 1)
         self.file = keys[0].rows.file
-        self._reads, self._room = {}, None  # submit's layouts and arguments, by room
+        self._reads = {}  # _reads_into's, by room
 
     def add(self, key):
         self.keys.append(key)
@@ -151,6 +151,27 @@ class RowFinder:
         at, sizes = self._layout(rows)
         return at[-1] + sizes[-1]
 
+    def _reads_into(self, room):
+        """What ``submit`` hands the reader for a buffer of ``room`` rows:
+        (its bytes, then each key's begin in the file, row bytes and start
+        in the buffer (keys whose rows have bytes), then where the last
+        key's rows start and their row bytes), made once for a ring."""
+        layout = self._reads.get(room)
+        if layout is None:
+            if len(self._reads) > 4:  # buffers of a batch's own size
+                self._reads.clear()
+            at, sizes = self._layout(room)
+            read = [(key.rows, start) for key, start in zip(self.keys, at) if key.rows.row_bytes]
+            layout = self._reads[room] = (
+                at[-1] + sizes[-1],
+                [r.begin for r, _ in read],
+                [r.row_bytes for r, _ in read],
+                [start for _, start in read],
+                at[-1],
+                self.keys[-1].rows.row_bytes,
+            )  # fmt: skip
+        return layout
+
     def views(self, buffer, room, count):
         """Key position -> (values, times, offsets): the packed stream of
         ``count`` rows in ``buffer`` (uint8), laid out for ``room`` rows."""
@@ -171,23 +192,9 @@ class RowFinder:
         in now: (ticket, buffer, size), ``size`` the bytes from the buffer's
         start to its last row's end (``views`` then finds the streams)."""
         count = found.numel()
-        room = count if room is None else room
-        layout = self._reads.get(room)
-        if layout is None:  # the same for every batch of a ring
-            at, sizes = self._layout(room)
-            read = [(key.rows, start) for key, start in zip(self.keys, at) if key.rows.row_bytes]
-            layout = self._reads[room] = (
-                at[-1] + sizes[-1],
-                [r.begin for r, _ in read],
-                [r.row_bytes for r, _ in read],
-                [start for _, start in read],  # rows of no bytes: none read
-                at[-1],
-                self.keys[-1].rows.row_bytes,
-            )  # fmt: skip
-            if room != self._room:
-                self._reads.pop(self._room, None)  # a batch's own size: one kept
-                self._room = room
-        total, begins, row_bytes, starts, last, last_bytes = layout
+        total, begins, row_bytes, starts, last, last_bytes = self._reads_into(
+            count if room is None else room
+        )
         if buffer is None:
             buffer = torch.empty(total, dtype=torch.uint8, pin_memory=pin)
         buffer[: 8 * index.numel()].view(torch.int64).copy_(index)
@@ -296,43 +303,6 @@ class MappedReads:
             for key in finder.keys:
                 if key.rows.checks is not None:
                     key.rows.checks.release(self.token)
-
-
-def wait_all(waits):
-    """Calls each of ``waits``, then raises the first LoaderError one raised
-    (every read or check handed over is waited for)."""
-    error = None
-    for wait in waits:
-        try:
-            wait()
-        except LoaderError as e:
-            error = error or e
-    if error is not None:
-        raise error
-
-
-class HandedAhead:
-    """Work for an epoch's batches handed over ``depth`` batches ahead of
-    the one waited for. A subclass hands batch b over with ``_submit(b)``
-    (then in ``pending``), stops its work with ``close()``, and calls
-    ``_start`` once, then ``_hand(i)`` before it waits for batch i."""
-
-    def _start(self, depth, count):
-        self.depth, self.count = depth, count
-        try:
-            for b in range(min(depth, count)):
-                self._submit(b)
-        except BaseException:
-            self.close()
-            raise
-
-    def _hand(self, i):
-        """Batch i + depth handed over, and batch i where it was not."""
-        ahead = i + self.depth
-        if ahead < self.count and ahead not in self.pending:
-            self._submit(ahead)
-        if i not in self.pending:
-            self._submit(i)
 
 
 class MappedAhead(HandedAhead):

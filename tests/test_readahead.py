@@ -222,7 +222,8 @@ def test_rows_staged_for_the_graphs_are_not_zeroed_after_they_land(tmp_path):
     found = []
     for f in reader.finders:
         rows, bounds = f.rows_of(index, batches.anchor_host, batches.options.edge_tolerance, 4)
-        found.append((rows, f.indexes(rows, bounds)[0]))
+        offsets, times = f.indexes(rows, bounds)
+        found.append((rows, (offsets[0], times)))
     reads.submit(0, found)
     streams, sizes = reads.wait(0)
     reads.release()
@@ -231,7 +232,7 @@ def test_rows_staged_for_the_graphs_are_not_zeroed_after_they_land(tmp_path):
     StaticRows(reader.finders, 4, device)
     # The buffers' zero fill waits behind other work on the current stream;
     # the rows copied on the buffers' own stream land after it.
-    torch.cuda._sleep(200_000_000)
+    torch.cuda._sleep(2_000_000_000)
     static = StaticRows(reader.finders, 4, device)
     static.stage(ring, 0, sizes)
     assert not ring.copied[0].query()  # the slot is busy until the copy is done
@@ -475,20 +476,71 @@ def test_a_batch_reads_only_rows_near_its_windows(tmp_path):
     episode = store["joints"].offsets
     assert int(episode[3]) <= int(later.min()) and int(later.max()) < int(episode[4])
     reader = row_reader(2)
-    index, at = finder.indexes(found, bounds)
-    for b in range(2):  # each batch's own episodes' offsets in its rows, then its rows' times
-        rows = found[bounds[b] : bounds[b + 1]]
-        want = torch.cat([torch.searchsorted(rows, finder.offsets), finder.times[rows]])
-        assert torch.equal(index[at[b] : at[b + 1]], want)
-    ticket, buffer, size = finder.submit(reader, first, index[at[0] : at[1]], False)
+    offsets, times = finder.indexes(found, bounds)
+    ticket, buffer, _ = finder.submit(reader, first, (offsets[0], times[: bounds[1]]), False)
     finder.wait(reader, ticket)
     ((values, times, offsets),) = finder.views(buffer, first.numel(), first.numel()).values()
-    # The buffer (its index first) up to the end of its last key's rows.
-    assert size == values.data_ptr() + values.nbytes - offsets.data_ptr()
     assert torch.equal(values, store["joints"].values[first])
     assert torch.equal(times, store["joints"].times[first])
     assert offsets[0] == 0 and offsets[1] == first.numel() and offsets[-1] == first.numel()
     reader.close()
+
+
+def test_each_batch_of_a_chunk_has_its_own_index(tmp_path):
+    store = make_store()
+    store.save(tmp_path)
+    mapped = EpisodeStore.load(tmp_path)
+    plans = plan_keys(mapped, DELTAS, check_options(), torch.device("cpu"))
+    (finder,) = [f for f in finders_of(mapped, plans) if f.keys[0].plan.key == "joints"]
+    anchor = (mapped["anchor"].offsets, mapped["anchor"].times)
+    # Batches of 3 anchors, the last one short; then batches with no rows.
+    index = torch.randperm(
+        int(store["anchor"].offsets[-1]), generator=torch.Generator().manual_seed(0)
+    )
+    found, bounds = finder.rows_of(index, anchor, edge_tolerance_ns(1e-4), 3)
+    cases = [(found, bounds), (found[:0], [0, 0, 0])]
+    for rows, bounds in cases:
+        offsets, times = finder.indexes(rows, bounds)
+        assert offsets.shape == (len(bounds) - 1, finder.offsets.numel())
+        for b in range(len(bounds) - 1):  # its episodes' offsets in its own rows, its rows' times
+            mine = rows[bounds[b] : bounds[b + 1]]
+            assert torch.equal(offsets[b], torch.searchsorted(mine, finder.offsets))
+            assert torch.equal(times[bounds[b] : bounds[b + 1]], finder.times[mine])
+
+
+def test_rows_land_in_a_buffer_laid_out_for_more_rows(tmp_path):
+    store = make_store()
+    store.save(tmp_path)
+    mapped = EpisodeStore.load(tmp_path)
+    deltas = {"joints": [-0.1, 0.0], "force": [-0.1, 0.0]}
+    modes = {"joints": "linear", "force": "linear"}
+    plans = plan_keys(mapped, deltas, check_options(modes=modes), torch.device("cpu"))
+    (finder,) = finders_of(mapped, plans)  # the two keys share their rows
+    anchor = (mapped["anchor"].offsets, mapped["anchor"].times)
+    found, bounds = finder.rows_of(torch.tensor([3, 12]), anchor, edge_tolerance_ns(1e-4), 2)
+    offsets, times = finder.indexes(found, bounds)
+    count, room = found.numel(), found.numel() + 7
+    buffer = torch.full((1 << 16,), 255, dtype=torch.uint8)  # room enough
+    reader = row_reader(2)
+    try:
+        ticket, _, size = finder.submit(reader, found, (offsets[0], times), False, buffer, room)
+        finder.wait(reader, ticket)
+        streams = finder.views(buffer, room, count)
+        assert sorted(streams) == sorted(k.position for k in finder.keys)
+        ends = []
+        for key in finder.keys:
+            values, times, offsets = streams[key.position]
+            stream = store[key.plan.key]
+            assert torch.equal(values, stream.values[found]), key.plan.key
+            assert torch.equal(times, stream.times[found])
+            assert torch.equal(offsets, torch.searchsorted(found, stream.offsets))
+            ends.append(values.data_ptr() + values.nbytes - buffer.data_ptr())
+        # The size a copy takes covers every key's rows, and ends with the last one's.
+        assert size == max(ends) and len(set(ends)) == len(ends)
+        with pytest.raises(ValueError, match="do not fit"):
+            finder.submit(reader, found, (offsets[0], times), False, buffer, count - 1)
+    finally:
+        reader.close()
 
 
 def test_keys_of_one_timeline_and_rule_share_the_rows_found(tmp_path):

@@ -8,6 +8,7 @@
 
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -15,7 +16,6 @@
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -41,6 +41,11 @@ class RowStaging : public torch::CustomClassHolder {
     device_ = targets_[0].device().index();
     c10::cuda::CUDAGuard guard(device_);
     copy_stream_ = c10::cuda::getStreamFromPool(false, device_);
+    for (const at::Tensor& target : targets_) {
+      // The copies write the targets: their memory is not handed out again
+      // before the copies queued when they are freed are done.
+      c10::cuda::CUDACachingAllocator::recordStream(target.storage().data_ptr(), *copy_stream_);
+    }
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&read_, cudaEventDisableTiming));
     // What the current stream has queued so far (the targets' fill): the
     // first copy must not overtake it.
@@ -48,9 +53,13 @@ class RowStaging : public torch::CustomClassHolder {
   }
 
   ~RowStaging() override {
-    if (read_ != nullptr) {
+    if (read_ == nullptr) {
+      return;
+    }
+    try {  // at exit the CUDA runtime may be going already
       c10::cuda::CUDAGuard guard(device_);
-      cudaEventDestroy(read_);  // its resources go once its work is done
+      C10_CUDA_CHECK_WARN(cudaEventDestroy(read_));  // its resources go once its work is done
+    } catch (...) {
     }
   }
 
@@ -69,16 +78,15 @@ class RowStaging : public torch::CustomClassHolder {
     ROBOCACHE_CHECK_VALUE(copied != 0, "RowStaging.stage: copied must be a created CUDA event");
     for (size_t k = 0; k < sources.size(); ++k) {
       const at::Tensor& source = sources[k];
-      ROBOCACHE_CHECK_VALUE(source.is_cpu() && source.scalar_type() == at::kByte &&
-                                source.is_contiguous(),
-                            "RowStaging.stage: sources[", k,
-                            "] must be a contiguous uint8 host tensor; got ", source.scalar_type(),
-                            " on ", source.device());
-      ROBOCACHE_CHECK_VALUE(sizes[k] >= 0 && sizes[k] <= source.numel() &&
-                                sizes[k] <= targets_[k].numel(),
-                            "RowStaging.stage: sizes[", k, "] must be within 0..",
-                            std::min(source.numel(), targets_[k].numel()),
-                            " (the source's and the target's bytes); got ", sizes[k]);
+      ROBOCACHE_CHECK_VALUE(
+          source.is_cpu() && source.scalar_type() == at::kByte && source.is_contiguous(),
+          "RowStaging.stage: sources[", k, "] must be a contiguous uint8 host tensor; got ",
+          source.scalar_type(), " on ", source.device());
+      ROBOCACHE_CHECK_VALUE(source.numel() == targets_[k].numel(), "RowStaging.stage: sources[", k,
+                            "] must be laid out as targets[", k, "] (", targets_[k].numel(),
+                            " bytes); got ", source.numel(), " bytes");
+      ROBOCACHE_CHECK_VALUE(sizes[k] >= 0 && sizes[k] <= source.numel(), "RowStaging.stage: sizes[",
+                            k, "] must be within 0..", source.numel(), "; got ", sizes[k]);
     }
     c10::cuda::CUDAGuard guard(device_);
     const cudaStream_t copy = copy_stream_->stream();

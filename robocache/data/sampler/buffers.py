@@ -38,12 +38,7 @@ class PinnedRing:
              for size in slot_sizes(finders, batch_size)]
             for _ in range(slots)
         ]  # fmt: skip
-        # Each slot's event, recorded once now so that it exists (StaticRows
-        # records it natively).
-        current = torch.cuda.current_stream(device)
-        self.copied = [torch.cuda.Event() for _ in range(slots)]
-        for event in self.copied:
-            event.record(current)
+        self.copied = [torch.cuda.Event() for _ in range(slots)]  # never recorded: done
 
     def take(self, b):
         """Batch b's buffers, once the GPU is done copying from them."""
@@ -84,9 +79,11 @@ class StaticRows:
         self.staging = torch.classes.robocache.RowStaging(buffers)
 
     def stage(self, ring, b, sizes):
-        self.staging.stage(
-            ring.buffers[b % ring.slots], sizes, ring.copied[b % ring.slots].cuda_event
-        )
+        slot = b % ring.slots
+        copied = ring.copied[slot]
+        if not copied.cuda_event:  # made where first recorded; the copies' record follows
+            copied.record(torch.cuda.current_stream(self.device))
+        self.staging.stage(ring.buffers[slot], sizes, copied.cuda_event)
 
     def cut(self):
         """The current stream has queued the cut that reads the buffers."""

@@ -23,8 +23,10 @@ from .cut import rows_around
 from .handed import HandedAhead, wait_all
 
 # Batches whose rows are found at once: the host's cut over row numbers runs
-# once a chunk, not once a batch.
+# once a chunk, not once a batch; fewer where their indexes would hold more
+# than CHUNK_OFFSETS episode offsets.
 CHUNK_BATCHES = 64
+CHUNK_OFFSETS = 1 << 20
 
 
 class MappedKey:
@@ -107,19 +109,16 @@ class RowFinder:
 
     def indexes(self, rows, bounds):
         """Each batch's index of its packed stream (``rows_of``'s batches):
-        (index, at), batch b's ``index[at[b]:at[b + 1]]``, its episodes'
-        offsets in its rows, then its rows' times, as ``submit`` lays them."""
-        edges, batches = self.offsets.numel(), len(bounds) - 1
-        rows, bounds = rows.numpy(), np.asarray(bounds)
+        (offsets, times), batch b's index ``offsets[b]`` (its episodes'
+        offsets in its rows) and ``times[bounds[b]:bounds[b + 1]]`` (its
+        rows' times), as ``submit`` lays them."""
+        batches, count = len(bounds) - 1, max(self.times.numel(), 1)
+        bounds = np.asarray(bounds)
         owner = np.repeat(np.arange(batches), np.diff(bounds))
-        keyed = owner * max(self.times.numel(), 1) + rows  # sorted: by batch, then row
-        starts = np.arange(batches).reshape(-1, 1) * max(self.times.numel(), 1)
+        keyed = owner * count + rows.numpy()  # sorted: by batch, then row
+        starts = np.arange(batches).reshape(-1, 1) * count
         offsets = np.searchsorted(keyed, starts + self.offsets.numpy()) - bounds[:-1].reshape(-1, 1)
-        at = np.arange(batches + 1) * edges + bounds
-        index = np.empty(at[-1], dtype=np.int64)
-        index[(at[:-1].reshape(-1, 1) + np.arange(edges)).reshape(-1)] = offsets.reshape(-1)
-        index[np.arange(rows.size) + (owner + 1) * edges] = self.times.numpy()[rows]
-        return torch.from_numpy(index), at.tolist()
+        return torch.from_numpy(offsets), torch.index_select(self.times, 0, rows)
 
     def submit_checks(self, reader, found, token):
         """Hands ``reader`` the checks of the episodes that rows ``found``
@@ -188,16 +187,24 @@ class RowFinder:
     def submit(self, reader, found, index, pin, buffer=None, room=None):
         """Hands the read of rows ``found`` of every key to ``reader``, into
         ``buffer`` (uint8, laid out for ``room`` rows, at least as many) or
-        one made now (pinned where ``pin``), its index (``indexes``) copied
-        in now: (ticket, buffer, size), ``size`` the bytes from the buffer's
+        one made now (pinned where ``pin``), its index ``index`` (a batch's
+        offsets and times, from ``indexes``) copied in now: (ticket, buffer, size), ``size`` the bytes from the buffer's
         start to its last row's end (``views`` then finds the streams)."""
         count = found.numel()
-        total, begins, row_bytes, starts, last, last_bytes = self._reads_into(
-            count if room is None else room
-        )
+        room = count if room is None else room
+        total, begins, row_bytes, starts, last, last_bytes = self._reads_into(room)
         if buffer is None:
             buffer = torch.empty(total, dtype=torch.uint8, pin_memory=pin)
-        buffer[: 8 * index.numel()].view(torch.int64).copy_(index)
+        elif count > room or total > buffer.numel():
+            raise ValueError(
+                f"RowFinder.submit: {count} rows do not fit a buffer of {buffer.numel()} bytes "
+                f"laid out for {room} rows ({total} bytes)"
+            )
+        offsets, times = index
+        edges = offsets.numel()
+        laid = buffer[: 8 * (edges + count)].view(torch.int64)
+        laid[:edges].copy_(offsets)
+        laid[edges:].copy_(times)
         ticket = None
         if begins and count:
             ticket = reader.submit(self.file.fd, self.keys[0].rows.rows, found, begins, row_bytes,
@@ -253,8 +260,9 @@ class MappedReads:
             self.ring.used(b, cuda_stream)
 
     def submit(self, b, found):
-        """Hands batch b's reads over: ``found``, each finder's (rows,
-        index) (``RowFinder.rows_of``, ``RowFinder.indexes``)."""
+        """Hands batch b's reads over: ``found``, each finder's rows and
+        their index, (offsets, times) (``RowFinder.rows_of``,
+        ``RowFinder.indexes``)."""
         token = self.token
         buffers = self._buffers(b)
         rooms = self.ring.rooms if buffers[0] is not None else [None] * len(buffers)
@@ -289,7 +297,8 @@ class MappedReads:
         found = []
         for f in self.finders:
             rows, bounds = f.rows_of(index, anchor, edge_tolerance, size)
-            found.append((rows, f.indexes(rows, bounds)[0]))
+            offsets, times = f.indexes(rows, bounds)
+            found.append((rows, (offsets[0], times)))
         try:
             self.submit(-1, found)
             return self.wait(-1)[0]
@@ -317,7 +326,11 @@ class MappedAhead(HandedAhead):
         self.anchor, self.edge, self.parts = anchor, edge_tolerance, parts
         self.reads = MappedReads(finders, reader, pin, ring)
         self.pending = self.reads.pending
-        self.chunk = None  # (first batch, [(rows, bounds, index, at) per finder])
+        self.chunk = None  # (first batch, [(rows, bounds, offsets, times) per finder])
+        # Each batch's index holds every episode's offset: fewer batches a
+        # chunk where there are many.
+        edges = max(f.offsets.numel() for f in finders)
+        self.chunk_batches = max(1, min(CHUNK_BATCHES, CHUNK_OFFSETS // edges))
         if ring is not None:
             ring.busy = True
         self._start(depth, len(parts))
@@ -325,10 +338,11 @@ class MappedAhead(HandedAhead):
     def _found(self, b):
         """Each finder's (rows, index) of batch b, found a chunk of batches
         at a time."""
-        first = b - b % CHUNK_BATCHES
+        chunk = self.chunk_batches
+        first = b - b % chunk
         if self.chunk is None or self.chunk[0] != first:
             parts, size = self.parts, self.parts.batch_size
-            end = min(first + CHUNK_BATCHES, len(parts))
+            end = min(first + chunk, len(parts))
             index = parts.anchors[first * size : end * size].cpu()
             found = []
             for f in self.reads.finders:
@@ -336,8 +350,8 @@ class MappedAhead(HandedAhead):
                 found.append((rows, bounds, *f.indexes(rows, bounds)))
             self.chunk = (first, found)
         k = b - first
-        return [(rows[bounds[k] : bounds[k + 1]], index[at[k] : at[k + 1]])
-                for rows, bounds, index, at in self.chunk[1]]  # fmt: skip
+        return [(rows[bounds[k] : bounds[k + 1]], (offsets[k], times[bounds[k] : bounds[k + 1]]))
+                for rows, bounds, offsets, times in self.chunk[1]]  # fmt: skip
 
     def _submit(self, b):
         self.reads.submit(b, self._found(b))

@@ -393,7 +393,7 @@ def test_a_row_reader_reads_rows_handed_over_and_refuses_what_does_not_fit(tmp_p
         two = torch.zeros(6, dtype=torch.uint8)
         assert reader.read(fd, 10, torch.tensor([1, 7]), [0, 40], [2, 1], two, [0, 4]) == -1
         assert two.tolist() == [2, 3, 14, 15, 41, 47]
-        tickets = [reader.submit(fd, 8, torch.tensor([r]), [0], [8], out[8 * i : 8 * i + 8], [0])
+        tickets = [reader.submit(fd, 8, torch.tensor([r]), [0], [8], out[8 * i : 8 * i + 8], [0], [])
                    for i, r in enumerate((7, 2))]  # fmt: skip
         assert reader.pending() == 2
         assert [reader.wait(t) for t in tickets] == [-1, -1] and reader.pending() == 0
@@ -422,7 +422,7 @@ def test_a_row_reader_reads_rows_handed_over_and_refuses_what_does_not_fit(tmp_p
                 reader.read(fd, *args)
     with pytest.raises(RuntimeError, match=r"reading the file failed: Bad file descriptor"):
         reader.read(1 << 20, 14, one, [0], [4], out, [0])  # no such descriptor
-    ticket = reader.submit(1 << 20, 14, one, [0], [4], out, [0])
+    ticket = reader.submit(1 << 20, 14, one, [0], [4], out, [0], [])
     reader.close()  # reads not waited for are dropped
     with pytest.raises(RuntimeError, match=r"the reader was closed"):
         reader.wait(ticket)

@@ -52,10 +52,42 @@ fd = os.open({str(path)!r}, os.O_RDONLY)
 for _ in range(3000):
     reader = torch.classes.robocache.RowReader(4)
     out = torch.empty(128 * 64, dtype=torch.uint8)
-    reader.wait(reader.submit(fd, 16384, torch.arange(0, 256, 2), [0], [64], out, [0]))
+    reader.wait(reader.submit(fd, 16384, torch.arange(0, 256, 2), [0], [64], out, [0], []))
     del out, reader
 print("done")
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert done.stdout.strip() == "done", done.stderr
+
+
+def test_a_read_s_head_lands_before_its_rows(tmp_path):
+    import torch
+
+    data = np.random.default_rng(1).integers(0, 256, 64 * 40, dtype=np.uint8)
+    path = tmp_path / "rows"
+    path.write_bytes(data.tobytes())
+    fd = os.open(path, os.O_RDONLY)
+    reader = row_reader(3)
+    try:
+        rows = torch.tensor([1, 2, 7, 30])
+        offsets, times = torch.tensor([0, 3, 4]), torch.tensor([10, 20, 30, 40])
+        out = torch.zeros(56 + 4 * 64, dtype=torch.uint8)
+        ticket = reader.submit(fd, 40, rows, [0], [64], out, [56], [offsets, times])
+        assert reader.wait(ticket) == -1
+        assert torch.equal(out[:56].view(torch.int64), torch.cat([offsets, times]))
+        want = data.reshape(40, 64)[rows.numpy()].reshape(-1)
+        assert torch.equal(out[56:], torch.from_numpy(want))
+        # No rows: the head alone, within out.
+        empty = torch.zeros(56, dtype=torch.uint8)
+        reader.wait(reader.submit(fd, 40, rows[:0], [0], [64], empty, [56], [offsets, times]))
+        assert torch.equal(empty.view(torch.int64), torch.cat([offsets, times]))
+        with pytest.raises(ValueError, match="pass the start of stream 0's rows"):
+            reader.submit(fd, 40, rows, [0], [64], out, [48], [offsets, times])
+        with pytest.raises(ValueError, match=r"head\[0\] must be a contiguous host tensor"):
+            reader.submit(fd, 40, rows, [0], [64], out, [56], [times[::2], offsets])
+        with pytest.raises(ValueError, match="do not fit out's 8 bytes"):
+            reader.submit(fd, 40, rows[:0], [0], [64], empty[:8], [0], [offsets])
+    finally:
+        reader.close()
+        os.close(fd)

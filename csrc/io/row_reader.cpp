@@ -237,7 +237,8 @@ void RowReader::work() {
 
 int64_t RowReader::submit(int64_t fd, int64_t row_count, const at::Tensor& rows,
                           const std::vector<int64_t>& begins, const std::vector<int64_t>& row_bytes,
-                          const at::Tensor& out, const std::vector<int64_t>& at) {
+                          const at::Tensor& out, const std::vector<int64_t>& at,
+                          const std::vector<at::Tensor>& head) {
   ROBOCACHE_CHECK_VALUE(fd >= 0, "RowReader.submit: fd must be an open file; got ", fd);
   ROBOCACHE_CHECK_VALUE(row_count >= 0, "RowReader.submit: row_count must be >= 0; got ",
                         row_count);
@@ -265,12 +266,31 @@ int64_t RowReader::submit(int64_t fd, int64_t row_count, const at::Tensor& rows,
                           "RowReader.submit: stream ", k, ": ", count, " rows of ", size,
                           " bytes from byte ", at[k], " do not fit out's ", capacity, " bytes");
   }
+  int64_t head_bytes = 0;
+  for (size_t k = 0; k < head.size(); ++k) {
+    ROBOCACHE_CHECK_VALUE(head[k].device().is_cpu() && head[k].is_contiguous(),
+                          "RowReader.submit: head[", k, "] must be a contiguous host tensor");
+    head_bytes += head[k].nbytes();
+  }
+  ROBOCACHE_CHECK_VALUE(head_bytes <= capacity, "RowReader.submit: head's ", head_bytes,
+                        " bytes do not fit out's ", capacity, " bytes");
+  for (size_t k = 0; count > 0 && k < at.size(); ++k) {
+    ROBOCACHE_CHECK_VALUE(head_bytes <= at[k], "RowReader.submit: head's ", head_bytes,
+                          " bytes pass the start of stream ", k, "'s rows (byte ", at[k], ")");
+  }
   const int64_t* r = rows.data_ptr<int64_t>();
   for (int64_t i = 0; i < count; ++i) {
     ROBOCACHE_CHECK_VALUE(r[i] >= 0 && r[i] < row_count && (i == 0 || r[i] > r[i - 1]),
                           "RowReader.submit: rows must increase, each in 0..", row_count, "; got ",
                           r[i], " at ", i, i > 0 ? " after " : "",
                           i > 0 ? std::to_string(r[i - 1]) : std::string());
+  }
+  auto* into = static_cast<uint8_t*>(out.data_ptr());
+  for (const at::Tensor& part : head) {
+    if (part.nbytes() > 0) {
+      std::memcpy(into, part.data_ptr(), part.nbytes());
+      into += part.nbytes();
+    }
   }
   auto job = std::make_shared<Job>();
   job->fd = static_cast<int>(fd);
@@ -357,7 +377,7 @@ int64_t RowReader::wait(int64_t ticket) {
 int64_t RowReader::read(int64_t fd, int64_t row_count, const at::Tensor& rows,
                         const std::vector<int64_t>& begins, const std::vector<int64_t>& row_bytes,
                         const at::Tensor& out, const std::vector<int64_t>& at) {
-  return wait(submit(fd, row_count, rows, begins, row_bytes, out, at));
+  return wait(submit(fd, row_count, rows, begins, row_bytes, out, at, {}));
 }
 
 int64_t RowReader::read_extents(int64_t fd, const at::Tensor& begins, const at::Tensor& lengths,

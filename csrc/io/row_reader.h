@@ -35,11 +35,14 @@ class RowReader : public torch::CustomClassHolder {
   // increasing, each in 0..row_count) of one or more streams of a file
   // `fd`: stream k's row r lies at byte `begins[k] + r * row_bytes[k]` and
   // lands in `out` (a contiguous uint8 host tensor; pinned memory too) at
-  // byte `at[k] + i * row_bytes[k]` for rows[i]. Returns a ticket for
-  // wait(); both tensors are held until then.
+  // byte `at[k] + i * row_bytes[k]` for rows[i]. The bytes of `head`
+  // (contiguous host tensors, a packed stream's index) are copied now, one
+  // tensor after another, to the start of `out`, before every stream's
+  // rows. Returns a ticket for wait(); both tensors are held until then.
   int64_t submit(int64_t fd, int64_t row_count, const at::Tensor& rows,
                  const std::vector<int64_t>& begins, const std::vector<int64_t>& row_bytes,
-                 const at::Tensor& out, const std::vector<int64_t>& at);
+                 const at::Tensor& out, const std::vector<int64_t>& at,
+                 const std::vector<at::Tensor>& head);
 
   // Waits for the read of `ticket` (reading its rows left on this thread
   // too). Returns -1 once every row is read whole, else the position in

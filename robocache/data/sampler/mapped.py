@@ -188,7 +188,7 @@ class RowFinder:
         """Hands the read of rows ``found`` of every key to ``reader``, into
         ``buffer`` (uint8, laid out for ``room`` rows, at least as many) or
         one made now (pinned where ``pin``), its index ``index`` (a batch's
-        offsets and times, from ``indexes``) copied in now: (ticket, buffer, size), ``size`` the bytes from the buffer's
+        offsets and times, from ``indexes``) copied in now by the reader: (ticket, buffer, size), ``size`` the bytes from the buffer's
         start to its last row's end (``views`` then finds the streams)."""
         count = found.numel()
         room = count if room is None else room
@@ -200,19 +200,12 @@ class RowFinder:
                 f"RowFinder.submit: {count} rows do not fit a buffer of {buffer.numel()} bytes "
                 f"laid out for {room} rows ({total} bytes)"
             )
-        offsets, times = index
-        edges = offsets.numel()
-        laid = buffer[: 8 * (edges + count)].view(torch.int64)
-        laid[:edges].copy_(offsets)
-        laid[edges:].copy_(times)
-        ticket = None
-        if begins and count:
-            ticket = reader.submit(self.file.fd, self.keys[0].rows.rows, found, begins, row_bytes,
-                                   buffer, starts)  # fmt: skip
+        ticket = reader.submit(self.file.fd, self.keys[0].rows.rows, found, begins, row_bytes,
+                               buffer, starts, list(index))  # fmt: skip
         return ticket, buffer, last + count * last_bytes
 
     def wait(self, reader, ticket):
-        if ticket is not None and reader.wait(ticket) >= 0:
+        if reader.wait(ticket) >= 0:
             keys = ", ".join(repr(key.plan.key) for key in self.keys)
             raise self.file.short_read(f"the values of {keys}")
 

@@ -151,10 +151,10 @@ class RowFinder:
         return at[-1] + sizes[-1]
 
     def _reads_into(self, room):
-        """What ``submit`` hands the reader for a buffer of ``room`` rows:
-        (its bytes, then each key's begin in the file, row bytes and start
-        in the buffer (keys whose rows have bytes), then where the last
-        key's rows start and their row bytes), made once for a ring."""
+        """A buffer of ``room`` rows, made once for a ring: (where each
+        key's rows begin, the buffer's bytes, then what ``submit`` hands the
+        reader: each key's begin in the file, row bytes and start in the
+        buffer, for keys whose rows have bytes)."""
         layout = self._reads.get(room)
         if layout is None:
             if len(self._reads) > 4:  # buffers of a batch's own size
@@ -162,12 +162,11 @@ class RowFinder:
             at, sizes = self._layout(room)
             read = [(key.rows, start) for key, start in zip(self.keys, at) if key.rows.row_bytes]
             layout = self._reads[room] = (
+                at,
                 at[-1] + sizes[-1],
                 [r.begin for r, _ in read],
                 [r.row_bytes for r, _ in read],
                 [start for _, start in read],
-                at[-1],
-                self.keys[-1].rows.row_bytes,
             )  # fmt: skip
         return layout
 
@@ -178,7 +177,7 @@ class RowFinder:
         index = buffer[: 8 * (edges + count)].view(torch.int64)
         offsets, times = index[:edges], index[edges:]
         streams = {}
-        for key, start in zip(self.keys, self._layout(room)[0]):
+        for key, start in zip(self.keys, self._reads_into(room)[0]):
             r = key.rows
             values = buffer[start : start + r.row_bytes * count].view(r.dtype)
             streams[key.position] = (values.view(count, *r.shape), times, offsets)
@@ -187,12 +186,14 @@ class RowFinder:
     def submit(self, reader, found, index, pin, buffer=None, room=None):
         """Hands the read of rows ``found`` of every key to ``reader``, into
         ``buffer`` (uint8, laid out for ``room`` rows, at least as many) or
-        one made now (pinned where ``pin``), its index ``index`` (a batch's
-        offsets and times, from ``indexes``) copied in now by the reader: (ticket, buffer, size), ``size`` the bytes from the buffer's
-        start to its last row's end (``views`` then finds the streams)."""
+        one made now (pinned where ``pin``); the reader copies in the
+        batch's index ``index`` ((offsets, times), from ``indexes``) now.
+        Returns (ticket, buffer, size), ``size`` the bytes from the
+        buffer's start to its last row's end (``views`` then finds the
+        streams)."""
         count = found.numel()
         room = count if room is None else room
-        total, begins, row_bytes, starts, last, last_bytes = self._reads_into(room)
+        at, total, begins, row_bytes, starts = self._reads_into(room)
         if buffer is None:
             buffer = torch.empty(total, dtype=torch.uint8, pin_memory=pin)
         elif count > room or total > buffer.numel():
@@ -202,7 +203,7 @@ class RowFinder:
             )
         ticket = reader.submit(self.file.fd, self.keys[0].rows.rows, found, begins, row_bytes,
                                buffer, starts, list(index))  # fmt: skip
-        return ticket, buffer, last + count * last_bytes
+        return ticket, buffer, at[-1] + count * self.keys[-1].rows.row_bytes
 
     def wait(self, reader, ticket):
         if reader.wait(ticket) >= 0:

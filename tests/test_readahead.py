@@ -12,9 +12,12 @@ import torch
 from conftest import requires_cuda
 from fixtures.corrupt import truncate
 
+import robocache.data.sampler.mapped as mapped_module
 from robocache.data import EpisodeStore, LoaderError, WindowSampler
 from robocache.data.sampler.buffers import PinnedRing, StaticRows
-from robocache.data.sampler.mapped import MappedReads, finders_of
+from robocache.data.sampler.feed import MappedFeed
+from robocache.data.sampler.finder import finders_of
+from robocache.data.sampler.mapped import MappedReads
 from robocache.data.sampler.plan import check_options, edge_tolerance_ns, plan_keys
 from robocache.data.store.rows import MappedRows, StoreFile, caller_reader, row_reader
 
@@ -235,13 +238,56 @@ def test_rows_staged_for_the_graphs_are_not_zeroed_after_they_land(tmp_path):
     torch.cuda._sleep(2_000_000_000)
     static = StaticRows(reader.finders, 4, device)
     static.stage(ring, 0, sizes)
-    assert not ring.copied[0].query()  # the slot is busy until the copy is done
+    assert not ring.native.ready(0)  # the slot is busy until the copy is done
     for position, (values, times, offsets) in streams.items():
         staged = static.streams[position]
         assert values.shape[0] > 0
         for got, want in zip(staged, (values, times, offsets)):
             got = got[: want.shape[0]].cpu()
             assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), position
+
+
+@requires_cuda
+def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch):
+    """Once every episode is checked (here: no checks), one native call a
+    batch waits for its rows, stages them and hands a later batch over; an
+    iteration whose graphs a later one takes over goes on from its feed."""
+    store = make_store()
+    store.save(tmp_path)
+    modes = {"cam": "nearest", "joints": "linear", "force": "nearest"}
+    kw = dict(device="cuda", shuffle=False, modes=modes, anchor="anchor", batch_size=2, seed=3,
+              read_ahead=2)  # fmt: skip
+    want = [{k: v.clone() for k, v in b.items()} for b in WindowSampler(store.to("cuda"), DELTAS,
+                                                                       cuda_graph=False, **kw)]  # fmt: skip
+    monkeypatch.setattr(mapped_module, "CHUNK_BATCHES", 4)  # batches of several chunks
+    sampler = WindowSampler(EpisodeStore.load(tmp_path, verify=False), DELTAS, **kw)
+    loads = []
+    load = MappedFeed.load
+    monkeypatch.setattr(
+        MappedFeed,
+        "load",
+        lambda self, first, found: loads.append(first) or load(self, first, found),
+    )
+    for _ in range(2):
+        torch.cuda._sleep(200_000_000)  # the host runs ahead of the copies
+        same_batches([{k: v.clone() for k, v in b.items()} for b in sampler], want)
+    assert sampler.graphs and sorted(set(loads)) == list(range(0, len(want), 4))
+    first = iter(sampler)
+    got = [{k: v.clone() for k, v in next(first).items()} for _ in range(3)]
+    second = iter(sampler)  # takes the graphs over: the first goes on without them
+    same_batches([{k: v.clone() for k, v in next(second).items()}], want[:1])
+    got += [{k: v.clone() for k, v in b.items()} for b in first]
+    same_batches(got, want)
+    del second
+    # The feed's own errors.
+    ring = PinnedRing(sampler._batches.reader.finders, 2, 3, torch.device("cuda"))
+    feed = MappedFeed(sampler._batches.reader.finders, caller_reader(), ring)
+    with pytest.raises(ValueError, match="batch 0 is not in the chunk"):
+        feed.native.hand(0)
+    with pytest.raises(ValueError, match="batch 5 is not handed over"):
+        feed.native.wait(5)
+    with pytest.raises(ValueError, match="slot must be in 0..2; got 3"):
+        ring.native.take(3)
 
 
 @requires_cuda

@@ -219,6 +219,7 @@ void RowReader::run_part(Job& job, const std::atomic<bool>* stop) {
 void RowReader::work() {
   for (;;) {
     std::shared_ptr<Job> job;
+    bool more;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -230,6 +231,12 @@ void RowReader::work() {
         queue_.pop_front();
         continue;
       }
+      more = job->count() - job->next.load() > 1 || queue_.size() > 1;
+    }
+    // Threads wake one another while pieces are left: the thread that
+    // hands a read over wakes one, and goes on.
+    if (more) {
+      wake_.notify_one();
     }
     run_part(*job, &closing_);
   }
@@ -239,6 +246,16 @@ int64_t RowReader::submit(int64_t fd, int64_t row_count, const at::Tensor& rows,
                           const std::vector<int64_t>& begins, const std::vector<int64_t>& row_bytes,
                           const at::Tensor& out, const std::vector<int64_t>& at,
                           const std::vector<at::Tensor>& head) {
+  const int64_t ticket = submit_unwoken(fd, row_count, rows, begins, row_bytes, out, at, head);
+  wake();
+  return ticket;
+}
+
+int64_t RowReader::submit_unwoken(int64_t fd, int64_t row_count, const at::Tensor& rows,
+                                  const std::vector<int64_t>& begins,
+                                  const std::vector<int64_t>& row_bytes, const at::Tensor& out,
+                                  const std::vector<int64_t>& at,
+                                  const std::vector<at::Tensor>& head) {
   ROBOCACHE_CHECK_VALUE(fd >= 0, "RowReader.submit: fd must be an open file; got ", fd);
   ROBOCACHE_CHECK_VALUE(row_count >= 0, "RowReader.submit: row_count must be >= 0; got ",
                         row_count);
@@ -301,7 +318,7 @@ int64_t RowReader::submit(int64_t fd, int64_t row_count, const at::Tensor& rows,
   for (size_t k = 0; k < begins.size(); ++k) {
     add_pieces(job->pieces, r, count, begins[k], row_bytes[k], at[k]);
   }
-  return enqueue(std::move(job), "RowReader.submit");
+  return enqueue(std::move(job), "RowReader.submit", false);
 }
 
 int64_t RowReader::submit_checks(int64_t fd, const std::vector<int64_t>& begins,
@@ -325,10 +342,10 @@ int64_t RowReader::submit_checks(int64_t fd, const std::vector<int64_t>& begins,
                           k, "] must be a CRC-32 (0..2**32 - 1); got ", crcs[k]);
     job->extents.push_back({begins[k], lengths[k], static_cast<uint32_t>(crcs[k])});
   }
-  return enqueue(std::move(job), "RowReader.submit_checks");
+  return enqueue(std::move(job), "RowReader.submit_checks", true);
 }
 
-int64_t RowReader::enqueue(std::shared_ptr<Job> job, const char* where) {
+int64_t RowReader::enqueue(std::shared_ptr<Job> job, const char* where, bool wake) {
   int64_t ticket;
   const bool work = job->count() > 0;
   {
@@ -340,8 +357,8 @@ int64_t RowReader::enqueue(std::shared_ptr<Job> job, const char* where) {
     }
     jobs_.emplace(ticket, std::move(job));
   }
-  if (work) {
-    wake_.notify_all();
+  if (work && wake) {
+    wake_.notify_one();
   }
   return ticket;
 }

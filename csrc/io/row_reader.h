@@ -44,6 +44,16 @@ class RowReader : public torch::CustomClassHolder {
                  const at::Tensor& out, const std::vector<int64_t>& at,
                  const std::vector<at::Tensor>& head);
 
+  // submit(), waking none of the reader's threads: whoever hands several
+  // reads over at once wakes them once, with wake(), after the last.
+  int64_t submit_unwoken(int64_t fd, int64_t row_count, const at::Tensor& rows,
+                         const std::vector<int64_t>& begins, const std::vector<int64_t>& row_bytes,
+                         const at::Tensor& out, const std::vector<int64_t>& at,
+                         const std::vector<at::Tensor>& head);
+
+  // Wakes a thread of the reader's (which wakes the next while reads wait).
+  void wake() { wake_.notify_one(); }
+
   // Waits for the read of `ticket` (reading its rows left on this thread
   // too). Returns -1 once every row is read whole, else the position in
   // `rows` of the first row of the first run of rows read together that
@@ -90,7 +100,7 @@ class RowReader : public torch::CustomClassHolder {
   // Reads the job's pieces not yet taken; with `stop` set (a reader's own
   // threads), returns before each one once it is (the waiter reads the rest).
   static void run_part(Job& job, const std::atomic<bool>* stop = nullptr);
-  int64_t enqueue(std::shared_ptr<Job> job, const char* where);
+  int64_t enqueue(std::shared_ptr<Job> job, const char* where, bool wake);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

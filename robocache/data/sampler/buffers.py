@@ -27,8 +27,9 @@ class PinnedRing:
     the most rows a batch reads, ``rooms``). ``used(b, cuda_stream)`` says
     the work queued on ``cuda_stream`` (default: ``device``'s current
     stream) copies batch b's rows; the slot is read into again once that
-    work is done (waited for on the host only where it is not). ``busy``:
-    an iteration reads into it."""
+    work is done (waited for on the host only where it is not). ``native``:
+    the slots and their events (``torch.classes.robocache.RowRing``).
+    ``busy``: an iteration reads into it."""
 
     def __init__(self, finders, batch_size, slots, device):
         self.slots, self.busy, self.device = slots, False, device
@@ -38,17 +39,16 @@ class PinnedRing:
              for size in slot_sizes(finders, batch_size)]
             for _ in range(slots)
         ]  # fmt: skip
-        self.copied = [torch.cuda.Event() for _ in range(slots)]  # never recorded: done
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        self.native = torch.classes.robocache.RowRing(self.buffers, index)
 
     def take(self, b):
         """Batch b's buffers, once the GPU is done copying from them."""
-        copied = self.copied[b % self.slots]
-        if not copied.query():
-            copied.synchronize()
+        self.native.take(b % self.slots)
         return self.buffers[b % self.slots]
 
     def used(self, b, cuda_stream=None):
-        self.copied[b % self.slots].record(cuda_stream or torch.cuda.current_stream(self.device))
+        self.native.used(b % self.slots, -1 if cuda_stream is None else cuda_stream.cuda_stream)
 
 
 class StaticRows:
@@ -79,11 +79,7 @@ class StaticRows:
         self.staging = torch.classes.robocache.RowStaging(buffers)
 
     def stage(self, ring, b, sizes):
-        slot = b % ring.slots
-        copied = ring.copied[slot]
-        if not copied.cuda_event:  # made where first recorded; the copies' record follows
-            copied.record(torch.cuda.current_stream(self.device))
-        self.staging.stage(ring.buffers[slot], sizes, copied.cuda_event)
+        ring.native.stage(b % ring.slots, self.staging, sizes)
 
     def cut(self):
         """The current stream has queued the cut that reads the buffers."""

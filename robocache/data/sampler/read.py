@@ -20,8 +20,9 @@ import torch
 from ..store.rows import caller_reader, row_reader
 from .buffers import PinnedRing, StaticRows, capacity, ring_slots
 from .decode import DecodeAhead, DecodedEpoch, DecodeTables, FrameKey
+from .finder import finders_of
 from .frame_checks import FrameChecks, checked_frames
-from .mapped import MappedAhead, MappedReads, finders_of
+from .mapped import MappedAhead, MappedReads
 from .open_work import track, untrack
 
 # The row reader's threads (and the thread waiting for a batch beside them).

@@ -1,0 +1,67 @@
+"""An iteration's mapped rows fed to the sampler's CUDA graphs with one
+native call a batch (``torch.classes.robocache.MappedFeed``, csrc/io): the
+rows of a chunk of batches handed over once, then for each batch its rows
+waited for and copied into the graphs' buffers and a later batch's read
+handed to the row reader, with no Python between them. Only once every
+episode of the keys' files has passed its checks: until then each batch's
+reads and checks are handed over from Python (``MappedReads``)."""
+
+import torch
+
+# ``MappedReads.pending``'s mark of a batch the feed handed over.
+FED = object()
+
+
+class MappedFeed:
+    """The native feed of ``finders``' rows read by ``reader`` into ``ring``
+    (a PinnedRing)."""
+
+    def __init__(self, finders, reader, ring):
+        self.finders, self.ring = finders, ring
+        reads = [f._reads_into(room) for f, room in zip(finders, ring.rooms)]
+        self.native = torch.classes.robocache.MappedFeed(
+            ring.native,
+            reader,
+            [f.file.fd for f in finders],
+            [f.keys[0].rows.rows for f in finders],
+            [begins for _, _, begins, _, _ in reads],
+            [row_bytes for _, _, _, row_bytes, _ in reads],
+            [starts for *_, starts in reads],
+            list(ring.rooms),
+            [at[-1] for at, *_ in reads],
+            [f.keys[-1].rows.row_bytes for f in finders],
+        )
+        self.first = None  # the first batch of the chunk handed over
+        self.checked = False
+
+    def ready(self):
+        """Whether every episode of the finders' files has passed its
+        checks (then it stays so)."""
+        if not self.checked:
+            self.checked = all(
+                key.rows.checks is None or key.rows.checks.done
+                for f in self.finders
+                for key in f.keys
+            )
+        return self.checked
+
+    def load(self, first, found):
+        """The chunk of batches ``first``.. (``MappedAhead.chunk``'s found),
+        handed over where it is not yet."""
+        if self.first != first:
+            self.native.chunk(
+                first,
+                [rows for rows, *_ in found],
+                [torch.as_tensor(bounds, dtype=torch.int64) for _, bounds, *_ in found],
+                [offsets for *_, offsets, _ in found],
+                [times for *_, times in found],
+            )
+            self.first = first
+
+    def views(self, b, counts):
+        """Batch b's streams (key position -> (values, times, offsets)) in
+        its ring slot, ``counts`` rows a finder."""
+        buffers, views = self.ring.buffers[b % self.ring.slots], {}
+        for finder, buffer, room, count in zip(self.finders, buffers, self.ring.rooms, counts):
+            views.update(finder.views(buffer, room, count))
+        return views

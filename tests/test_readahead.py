@@ -248,10 +248,13 @@ def test_rows_staged_for_the_graphs_are_not_zeroed_after_they_land(tmp_path):
 
 
 @requires_cuda
-def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch):
-    """Once every episode is checked (here: no checks), one native call a
-    batch waits for its rows, stages them and hands a later batch over; an
-    iteration whose graphs a later one takes over goes on from its feed."""
+@pytest.mark.parametrize("verify", [False, True])
+def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch, verify):
+    """Once every episode is checked (with ``verify=False`` there are no
+    checks; else the feed takes over within the first epoch), one native
+    call a batch waits for its rows, stages them and hands a later batch
+    over; an iteration whose graphs a later one takes over goes on from its
+    feed."""
     store = make_store()
     store.save(tmp_path)
     modes = {"cam": "nearest", "joints": "linear", "force": "nearest"}
@@ -260,7 +263,7 @@ def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch):
     want = [{k: v.clone() for k, v in b.items()} for b in WindowSampler(store.to("cuda"), DELTAS,
                                                                        cuda_graph=False, **kw)]  # fmt: skip
     monkeypatch.setattr(mapped_module, "CHUNK_BATCHES", 4)  # batches of several chunks
-    sampler = WindowSampler(EpisodeStore.load(tmp_path, verify=False), DELTAS, **kw)
+    sampler = WindowSampler(EpisodeStore.load(tmp_path, verify=verify), DELTAS, **kw)
     loads = []
     load = MappedFeed.load
     monkeypatch.setattr(
@@ -664,7 +667,7 @@ from fixtures.corrupt import truncate
 from test_readahead import DELTAS
 from robocache.data import EpisodeStore, LoaderError, WindowSampler
 
-store = EpisodeStore.load({folder!r})
+store = EpisodeStore.load({folder!r}, verify={verify})
 sampler = WindowSampler(store, DELTAS, anchor="anchor", batch_size=4, read_ahead={depth},
                         device={device!r}, modes={{"joints": "linear"}})
 next(iter(sampler))
@@ -682,7 +685,10 @@ sys.exit(3)
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_cuda)])
 @pytest.mark.parametrize("depth", [0, 2])
-def test_a_file_cut_while_sampling_is_an_error_naming_it_not_a_crash(tmp_path, device, depth):
+@pytest.mark.parametrize("verify", [True, False])
+def test_a_file_cut_while_sampling_is_an_error_naming_it_not_a_crash(
+    tmp_path, device, depth, verify
+):
     import subprocess
     import sys
     from pathlib import Path
@@ -690,7 +696,8 @@ def test_a_file_cut_while_sampling_is_an_error_naming_it_not_a_crash(tmp_path, d
     make_store().save(tmp_path)
     path = tmp_path / "store.safetensors"
     code = CUT_WHILE_SAMPLING.format(tests=str(Path(__file__).parent), folder=str(tmp_path),
-                                     path=str(path), depth=depth, device=device)  # fmt: skip
+                                     path=str(path), depth=depth, device=device,
+                                     verify=verify)  # fmt: skip
     # A SIGBUS (a fault of the mapping) would kill the process with -7.
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)  # fmt: skip

@@ -12,6 +12,7 @@
 #include <torch/library.h>
 
 #include <exception>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -111,9 +112,14 @@ class MappedFeed : public torch::CustomClassHolder {
     ROBOCACHE_CHECK_VALUE(b >= first_ && b < first_ + batches_, "MappedFeed.hand: batch ", b,
                           " is not in the chunk (batches ", first_, "..", first_ + batches_ - 1,
                           ")");
-    ROBOCACHE_CHECK_VALUE(handed_.count(b) == 0, "MappedFeed.hand: batch ", b,
-                          " is handed over already");
     const int64_t slot = ring_->slot_of(b);
+    for (const auto& [other, _] : handed_) {
+      ROBOCACHE_CHECK_VALUE(ring_->slot_of(other) != slot, "MappedFeed.hand: batch ", b,
+                            other == b ? " is handed over already"
+                                       : " would read into the slot of a batch not yet waited "
+                                         "for (batch ",
+                            other == b ? "" : std::to_string(other) + "): the ring is too small");
+    }
     ring_->take(slot);
     const std::vector<at::Tensor>& buffers = ring_->buffers(slot);
     const int64_t k = b - first_;
@@ -178,11 +184,11 @@ class MappedFeed : public torch::CustomClassHolder {
   // hands batch `ahead` over (none where ahead < 0). Returns -1, or the
   // first finder whose file ended inside its rows (nothing staged).
   int64_t advance(int64_t i, const c10::intrusive_ptr<RowStaging>& staging, int64_t ahead) {
-    auto [first_short, sizes, counts] = wait(i);
-    if (first_short >= 0) {
-      return first_short;
+    const auto waited = wait(i);
+    if (std::get<0>(waited) >= 0) {
+      return std::get<0>(waited);
     }
-    ring_->stage(ring_->slot_of(i), staging, sizes);
+    ring_->stage(ring_->slot_of(i), staging, std::get<1>(waited));
     if (ahead >= 0) {
       hand(ahead);
     }

@@ -234,7 +234,8 @@ void RowReader::work() {
       more = job->count() - job->next.load() > 1 || queue_.size() > 1;
     }
     // Threads wake one another while pieces are left: the thread that
-    // hands a read over wakes one, and goes on.
+    // hands reads over wakes one (wake()), each thread that takes a piece
+    // with more left wakes the next.
     if (more) {
       wake_.notify_one();
     }
@@ -318,7 +319,7 @@ int64_t RowReader::submit_unwoken(int64_t fd, int64_t row_count, const at::Tenso
   for (size_t k = 0; k < begins.size(); ++k) {
     add_pieces(job->pieces, r, count, begins[k], row_bytes[k], at[k]);
   }
-  return enqueue(std::move(job), "RowReader.submit", false);
+  return enqueue(std::move(job), "RowReader.submit");
 }
 
 int64_t RowReader::submit_checks(int64_t fd, const std::vector<int64_t>& begins,
@@ -342,10 +343,12 @@ int64_t RowReader::submit_checks(int64_t fd, const std::vector<int64_t>& begins,
                           k, "] must be a CRC-32 (0..2**32 - 1); got ", crcs[k]);
     job->extents.push_back({begins[k], lengths[k], static_cast<uint32_t>(crcs[k])});
   }
-  return enqueue(std::move(job), "RowReader.submit_checks", true);
+  const int64_t ticket = enqueue(std::move(job), "RowReader.submit_checks");
+  wake();
+  return ticket;
 }
 
-int64_t RowReader::enqueue(std::shared_ptr<Job> job, const char* where, bool wake) {
+int64_t RowReader::enqueue(std::shared_ptr<Job> job, const char* where) {
   int64_t ticket;
   const bool work = job->count() > 0;
   {
@@ -356,9 +359,6 @@ int64_t RowReader::enqueue(std::shared_ptr<Job> job, const char* where, bool wak
       queue_.push_back(job);
     }
     jobs_.emplace(ticket, std::move(job));
-  }
-  if (work && wake) {
-    wake_.notify_one();
   }
   return ticket;
 }

@@ -100,7 +100,8 @@ class RowReader : public torch::CustomClassHolder {
   // Reads the job's pieces not yet taken; with `stop` set (a reader's own
   // threads), returns before each one once it is (the waiter reads the rest).
   static void run_part(Job& job, const std::atomic<bool>* stop = nullptr);
-  int64_t enqueue(std::shared_ptr<Job> job, const char* where, bool wake);
+  // Queues a job (waking no thread) and returns its ticket.
+  int64_t enqueue(std::shared_ptr<Job> job, const char* where);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

@@ -144,14 +144,9 @@ void RowRing::check_slot(int64_t slot, const char* where) const {
 
 void RowRing::take(int64_t slot) {
   check_slot(slot, "RowRing.take");
-  c10::cuda::CUDAGuard guard(device_);
-  const cudaEvent_t event = copied_[static_cast<size_t>(slot)];
-  const cudaError_t state = cudaEventQuery(event);
-  if (state == cudaErrorNotReady) {
-    (void)cudaGetLastError();  // not ready is no error: clear it
-    C10_CUDA_CHECK(cudaEventSynchronize(event));
-  } else {
-    C10_CUDA_CHECK(state);
+  if (!ready(slot)) {
+    c10::cuda::CUDAGuard guard(device_);
+    C10_CUDA_CHECK(cudaEventSynchronize(copied_[static_cast<size_t>(slot)]));
   }
 }
 

@@ -1,8 +1,9 @@
-// Rows read into pinned host memory, copied to the device buffers that the
-// sampler's CUDA graphs cut them from (CUDA builds only): one call a batch
-// copies every buffer on a CUDA stream of its own, once the last cut has
-// read the buffers, and the device's current stream waits for the copy on
-// the GPU. Nothing waits on the host.
+// Rows read into a ring of pinned host buffers (RowRing), copied to the
+// device buffers that the sampler's CUDA graphs cut them from (RowStaging;
+// CUDA builds only): one call a batch copies every buffer on a CUDA stream
+// of its own, once the last cut has read the buffers, and the device's
+// current stream waits for the copy on the GPU. Only taking a ring slot
+// that the GPU still copies from waits on the host.
 #pragma once
 
 #if defined(ROBOCACHE_WITH_CUDA)

@@ -18,18 +18,18 @@ class MappedFeed:
 
     def __init__(self, finders, reader, ring):
         self.finders, self.ring = finders, ring
-        reads = [f._reads_into(room) for f, room in zip(finders, ring.rooms)]
+        reads = [f.buffer_reads(room) for f, room in zip(finders, ring.rooms)]
         self.native = torch.classes.robocache.MappedFeed(
             ring.native,
             reader,
             [f.file.fd for f in finders],
             [f.keys[0].rows.rows for f in finders],
-            [begins for _, _, begins, _, _ in reads],
-            [row_bytes for _, _, _, row_bytes, _ in reads],
-            [starts for *_, starts in reads],
+            [r.begins for r in reads],
+            [r.row_bytes for r in reads],
+            [r.starts for r in reads],
             list(ring.rooms),
-            [at[-1] for at, *_ in reads],
-            [f.keys[-1].rows.row_bytes for f in finders],
+            [r.at[-1] for r in reads],
+            [r.last_row_bytes for r in reads],
         )
         self.first = None  # the first batch of the chunk handed over
         self.checked = False

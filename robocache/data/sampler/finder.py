@@ -3,11 +3,28 @@ the host over row numbers a chunk of batches at a time, each batch's rows
 packed as a small stream with the same episodes, and read by the native
 row reader into a buffer laid out for them."""
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
 from .buffers import capacity
 from .cut import rows_around
+
+
+class BufferReads(NamedTuple):
+    """A finder's buffer laid out for a number of rows: where each key's
+    rows begin (``at``), its bytes (``total``), then what the reader is
+    handed: each key's begin in the file, row bytes and start in the buffer
+    (``begins``, ``row_bytes``, ``starts``, for keys whose rows have
+    bytes); a batch of n rows fills ``at[-1] + n * last_row_bytes``."""
+
+    at: list
+    total: int
+    begins: list
+    row_bytes: list
+    starts: list
+    last_row_bytes: int
 
 
 class MappedKey:
@@ -32,7 +49,7 @@ class RowFinder:
         self.deltas = plan.deltas.cpu()
         self.row_numbers = torch.arange(self.times.numel()).view(-1, 1)
         self.file = keys[0].rows.file
-        self._reads = {}  # _reads_into's, by room
+        self._reads = {}  # buffer_reads's, by room
 
     def add(self, key):
         self.keys.append(key)
@@ -131,23 +148,21 @@ class RowFinder:
         at, sizes = self._layout(rows)
         return at[-1] + sizes[-1]
 
-    def _reads_into(self, room):
-        """A buffer of ``room`` rows, made once for a ring: (where each
-        key's rows begin, the buffer's bytes, then what ``submit`` hands the
-        reader: each key's begin in the file, row bytes and start in the
-        buffer, for keys whose rows have bytes)."""
+    def buffer_reads(self, room):
+        """A buffer of ``room`` rows, made once for a ring (a BufferReads)."""
         layout = self._reads.get(room)
         if layout is None:
             if len(self._reads) > 4:  # buffers of a batch's own size
                 self._reads.clear()
             at, sizes = self._layout(room)
             read = [(key.rows, start) for key, start in zip(self.keys, at) if key.rows.row_bytes]
-            layout = self._reads[room] = (
+            layout = self._reads[room] = BufferReads(
                 at,
                 at[-1] + sizes[-1],
                 [r.begin for r, _ in read],
                 [r.row_bytes for r, _ in read],
                 [start for _, start in read],
+                self.keys[-1].rows.row_bytes,
             )  # fmt: skip
         return layout
 
@@ -158,7 +173,7 @@ class RowFinder:
         index = buffer[: 8 * (edges + count)].view(torch.int64)
         offsets, times = index[:edges], index[edges:]
         streams = {}
-        for key, start in zip(self.keys, self._reads_into(room)[0]):
+        for key, start in zip(self.keys, self.buffer_reads(room).at):
             r = key.rows
             values = buffer[start : start + r.row_bytes * count].view(r.dtype)
             streams[key.position] = (values.view(count, *r.shape), times, offsets)
@@ -174,17 +189,17 @@ class RowFinder:
         streams)."""
         count = found.numel()
         room = count if room is None else room
-        at, total, begins, row_bytes, starts = self._reads_into(room)
+        reads = self.buffer_reads(room)
         if buffer is None:
-            buffer = torch.empty(total, dtype=torch.uint8, pin_memory=pin)
-        elif count > room or total > buffer.numel():
+            buffer = torch.empty(reads.total, dtype=torch.uint8, pin_memory=pin)
+        elif count > room or reads.total > buffer.numel():
             raise ValueError(
                 f"RowFinder.submit: {count} rows do not fit a buffer of {buffer.numel()} bytes "
-                f"laid out for {room} rows ({total} bytes)"
+                f"laid out for {room} rows ({reads.total} bytes)"
             )
-        ticket = reader.submit(self.file.fd, self.keys[0].rows.rows, found, begins, row_bytes,
-                               buffer, starts, list(index))  # fmt: skip
-        return ticket, buffer, at[-1] + count * self.keys[-1].rows.row_bytes
+        ticket = reader.submit(self.file.fd, self.keys[0].rows.rows, found, reads.begins,
+                               reads.row_bytes, buffer, reads.starts, list(index))  # fmt: skip
+        return ticket, buffer, reads.at[-1] + count * reads.last_row_bytes
 
     def wait(self, reader, ticket):
         if reader.wait(ticket) >= 0:

@@ -2,17 +2,15 @@
 rows' reads, the checks of the bytes the GPU decoder reads), and the one
 wait for all of a batch's work."""
 
-from ..errors import LoaderError
-
 
 def wait_all(waits):
-    """Calls each of ``waits``, then raises the first LoaderError one raised
+    """Calls each of ``waits``, then raises the first error one raised
     (every read or check handed over is waited for)."""
     error = None
     for wait in waits:
         try:
             wait()
-        except LoaderError as e:
+        except Exception as e:
             error = error or e
     if error is not None:
         raise error

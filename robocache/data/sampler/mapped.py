@@ -120,7 +120,9 @@ class MappedAhead(HandedAhead):
     ``close()`` ends the reader's threads. The rows wait in memory of their
     own, ``depth`` + 1 batches at most: in ``ring`` (a PinnedRing of at
     least ``depth`` + 1 slots; ``used(i)`` once batch i's copies are
-    queued), or in a buffer a batch."""
+    queued), or in a buffer a batch. With a ring, once every episode has
+    passed its checks, the native feed (feed.py) hands the batches over,
+    and ``stage`` is one native call a batch."""
 
     def __init__(self, finders, anchor, edge_tolerance, parts, depth, reader, pin, ring=None):
         self.anchor, self.edge, self.parts = anchor, edge_tolerance, parts
@@ -132,8 +134,12 @@ class MappedAhead(HandedAhead):
         edges = max(f.offsets.numel() for f in finders)
         self.chunk_batches = max(1, min(CHUNK_BATCHES, CHUNK_OFFSETS // edges))
         if ring is not None:
+            try:
+                self.reads.feed = MappedFeed(finders, reader, ring)
+            except BaseException:
+                reader.close()
+                raise
             ring.busy = True
-            self.reads.feed = MappedFeed(finders, reader, ring)
         self._start(depth, len(parts))
 
     def _chunk(self, b):
@@ -187,15 +193,19 @@ class MappedAhead(HandedAhead):
         ahead = i + self.depth
         if ahead >= self.count:
             ahead = -1
-        if self.pending.get(i) is FED and (
-            ahead < 0 or (ahead not in self.pending and self._fed(ahead))
-        ):
+        feed = self.reads.feed
+        if self.pending.get(i) is FED and (ahead < 0 or ahead not in self.pending):
             del self.pending[i]
-            first_short = self.reads.feed.native.advance(i, static.staging, ahead)
+            # Where batch i + depth starts a chunk, its rows are found once
+            # batch i's copy is queued.
+            loaded = ahead < 0 or feed.first == ahead - ahead % self.chunk_batches
+            first_short = feed.native.advance(i, static.staging, ahead if loaded else -1)
             if first_short >= 0:
                 raise self.reads.finders[first_short].short_read()
-            if ahead >= 0:
+            if loaded and ahead >= 0:
                 self.pending[ahead] = FED
+            elif ahead >= 0:
+                self._submit(ahead)
             return
         self._hand(i)
         static.stage(self.reads.ring, i, self.reads.wait(i, streams=False)[1])

@@ -46,7 +46,7 @@ class MappedFeed:
         return self.checked
 
     def load(self, first, found):
-        """The chunk of batches ``first``.. (``MappedAhead.chunk``'s found),
+        """The chunk of batches ``first``.. (``MappedAhead._chunk``'s found),
         handed over where it is not yet."""
         if self.first != first:
             self.native.chunk(

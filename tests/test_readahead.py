@@ -251,10 +251,10 @@ def test_rows_staged_for_the_graphs_are_not_zeroed_after_they_land(tmp_path):
 @pytest.mark.parametrize("verify", [False, True])
 def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch, verify):
     """Once every episode is checked (with ``verify=False`` there are no
-    checks; else the feed takes over within the first epoch), one native
-    call a batch waits for its rows, stages them and hands a later batch
-    over; an iteration whose graphs a later one takes over goes on from its
-    feed."""
+    checks; else the feed takes over within the first epoch), the feed's
+    thread waits for each batch's rows, hands a later batch over and copies
+    the rows for the graphs; an iteration whose graphs a later one takes
+    over stops its thread and goes on from the batches it holds."""
     store = make_store()
     store.save(tmp_path)
     modes = {"cam": "nearest", "joints": "linear", "force": "nearest"}
@@ -277,20 +277,38 @@ def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch, v
     assert sampler.graphs and sorted(set(loads)) == list(range(0, len(want), 4))
     first = iter(sampler)
     got = [{k: v.clone() for k, v in next(first).items()} for _ in range(3)]
+    feed = sampler._batches._cursor_reader.mapped.reads.feed
+    assert feed.feeding  # every episode is checked by now
     second = iter(sampler)  # takes the graphs over: the first goes on without them
     same_batches([{k: v.clone() for k, v in next(second).items()}], want[:1])
+    assert not feed.feeding
     got += [{k: v.clone() for k, v in b.items()} for b in first]
     same_batches(got, want)
     del second
     # The feed's own errors.
-    ring = PinnedRing(sampler._batches.reader.finders, 2, 3, torch.device("cuda"))
-    feed = MappedFeed(sampler._batches.reader.finders, caller_reader(), ring)
-    with pytest.raises(ValueError, match="batch 0 is not in the chunk"):
+    finders = sampler._batches.reader.finders
+    ring = PinnedRing(finders, 2, 3, torch.device("cuda"))
+    feed = MappedFeed(finders, caller_reader(), ring)
+    with pytest.raises(
+        ValueError, match=r"batch 0 is not in the chunks handed over \(batches none\)"
+    ):
         feed.native.hand(0)
     with pytest.raises(ValueError, match="batch 5 is not handed over"):
         feed.native.wait(5)
     with pytest.raises(ValueError, match="slot must be in 0..2; got 3"):
         ring.native.take(3)
+    staging = sampler._batches.reader.static_rows().staging
+    with pytest.raises(ValueError, match="depth must be >= 1"):
+        feed.native.start(0, staging, 0, 4)
+    with pytest.raises(ValueError, match="batch 0 is not fed: the feed is not started"):
+        feed.native.staged(0)
+    with pytest.raises(ValueError, match="the feed is not started"):
+        feed.native.cut(0)
+    # A feed started with no read handed over stops on its first batch.
+    feed.start(0, staging, 1, 4)
+    with pytest.raises(ValueError, match="batch 0 is not handed over"):
+        feed.native.staged(0)
+    assert feed.stop() == []
 
 
 @requires_cuda

@@ -1,214 +1,385 @@
-// An iteration's mapped rows fed to the sampler's CUDA graphs with one
-// native call a batch: torch.classes.robocache.MappedFeed (CUDA builds
-// only). The rows each batch reads are found a chunk of batches at a time
-// on the host and handed over once a chunk; then each batch's call waits
-// for its rows, copies them into the graphs' buffers (RowStaging) and hands
-// the read of a later batch to the row reader, into a ring slot (RowRing)
-// that the GPU is done copying from.
+// torch.classes.robocache.MappedFeed (mapped_feed.h; CUDA builds only).
 #if defined(ROBOCACHE_WITH_CUDA)
 
-#include <ATen/core/Tensor.h>
-#include <torch/custom_class.h>
+#include "mapped_feed.h"
+
 #include <torch/library.h>
 
-#include <exception>
+#include <algorithm>
 #include <string>
-#include <tuple>
-#include <unordered_map>
-#include <vector>
 
 #include "register.h"
 #include "robocache/error.h"
-#include "row_reader.h"
-#include "row_staging.h"
 
 namespace robocache::io {
 
-class MappedFeed : public torch::CustomClassHolder {
- public:
-  // For each finder f (the keys sharing one timeline and rule): its rows in
-  // the file fds[f] of row_counts[f] rows, key k's row r at byte
-  // begins[f][k] + r * row_bytes[f][k], landing in the ring slot's buffer f
-  // at starts[f][k] (laid out for rooms[f] rows, the batch's index first);
-  // ends[f] is where its last key's rows begin and last_bytes[f] a row of
-  // it, so a batch of n rows fills ends[f] + n * last_bytes[f] bytes.
-  MappedFeed(c10::intrusive_ptr<RowRing> ring, c10::intrusive_ptr<RowReader> reader,
-             std::vector<int64_t> fds, std::vector<int64_t> row_counts,
-             std::vector<std::vector<int64_t>> begins, std::vector<std::vector<int64_t>> row_bytes,
-             std::vector<std::vector<int64_t>> starts, std::vector<int64_t> rooms,
-             std::vector<int64_t> ends, std::vector<int64_t> last_bytes)
-      : ring_(std::move(ring)),
-        reader_(std::move(reader)),
-        fds_(std::move(fds)),
-        row_counts_(std::move(row_counts)),
-        begins_(std::move(begins)),
-        row_bytes_(std::move(row_bytes)),
-        starts_(std::move(starts)),
-        rooms_(std::move(rooms)),
-        ends_(std::move(ends)),
-        last_bytes_(std::move(last_bytes)) {
-    const size_t count = static_cast<size_t>(ring_->finders());
-    for (const size_t size : {fds_.size(), row_counts_.size(), begins_.size(), row_bytes_.size(),
-                              starts_.size(), rooms_.size(), ends_.size(), last_bytes_.size()}) {
-      ROBOCACHE_CHECK_VALUE(size == count, "MappedFeed: each finder's arguments must have one ",
-                            "entry a buffer of the ring's slots (", count, "); got ", size);
+MappedFeed::MappedFeed(c10::intrusive_ptr<RowRing> ring, c10::intrusive_ptr<RowReader> reader,
+                       std::vector<int64_t> fds, std::vector<int64_t> row_counts,
+                       std::vector<std::vector<int64_t>> begins,
+                       std::vector<std::vector<int64_t>> row_bytes,
+                       std::vector<std::vector<int64_t>> starts, std::vector<int64_t> rooms,
+                       std::vector<int64_t> ends, std::vector<int64_t> last_bytes)
+    : ring_(std::move(ring)),
+      reader_(std::move(reader)),
+      fds_(std::move(fds)),
+      row_counts_(std::move(row_counts)),
+      begins_(std::move(begins)),
+      row_bytes_(std::move(row_bytes)),
+      starts_(std::move(starts)),
+      rooms_(std::move(rooms)),
+      ends_(std::move(ends)),
+      last_bytes_(std::move(last_bytes)) {
+  const size_t count = static_cast<size_t>(ring_->finders());
+  for (const size_t size : {fds_.size(), row_counts_.size(), begins_.size(), row_bytes_.size(),
+                            starts_.size(), rooms_.size(), ends_.size(), last_bytes_.size()}) {
+    ROBOCACHE_CHECK_VALUE(size == count, "MappedFeed: each finder's arguments must have one ",
+                          "entry a buffer of the ring's slots (", count, "); got ", size);
+  }
+  for (size_t f = 0; f < count; ++f) {
+    ROBOCACHE_CHECK_VALUE(rooms_[f] >= 0 && ends_[f] >= 0 && last_bytes_[f] >= 0,
+                          "MappedFeed: finder ", f, ": rooms, ends and last_bytes must be >= 0");
+  }
+}
+
+MappedFeed::~MappedFeed() {
+  try {
+    stop();
+  } catch (...) {
+  }
+}
+
+void MappedFeed::chunk(int64_t first, std::vector<at::Tensor> rows, std::vector<at::Tensor> bounds,
+                       std::vector<at::Tensor> offsets, std::vector<at::Tensor> times) {
+  const size_t count = fds_.size();
+  ROBOCACHE_CHECK_VALUE(rows.size() == count && bounds.size() == count && offsets.size() == count &&
+                            times.size() == count,
+                        "MappedFeed.chunk: rows, bounds, offsets and times must have one entry ",
+                        "a finder (", count, ")");
+  int64_t batches = -1;
+  for (size_t f = 0; f < count; ++f) {
+    const at::Tensor& bound = bounds[f];
+    ROBOCACHE_CHECK_VALUE(bound.is_cpu() && bound.scalar_type() == at::kLong && bound.dim() == 1 &&
+                              bound.is_contiguous() && bound.numel() >= 1,
+                          "MappedFeed.chunk: bounds[", f,
+                          "] must be a non-empty contiguous 1-D int64 CPU tensor");
+    batches = f == 0 ? bound.numel() - 1 : batches;
+    ROBOCACHE_CHECK_VALUE(bound.numel() - 1 == batches, "MappedFeed.chunk: bounds[", f, "] holds ",
+                          bound.numel() - 1, " batches, bounds[0] ", batches);
+    const int64_t* b = bound.data_ptr<int64_t>();
+    const int64_t total = rows[f].numel();
+    bool rising = b[0] == 0 && b[batches] == total;
+    for (int64_t k = 0; rising && k < batches; ++k) {
+      rising = b[k] <= b[k + 1];
     }
-    for (size_t f = 0; f < count; ++f) {
-      ROBOCACHE_CHECK_VALUE(rooms_[f] >= 0 && ends_[f] >= 0 && last_bytes_[f] >= 0,
-                            "MappedFeed: finder ", f, ": rooms, ends and last_bytes must be >= 0");
+    ROBOCACHE_CHECK_VALUE(rising, "MappedFeed.chunk: bounds[", f,
+                          "] must rise from 0 to its rows' length (", total, ")");
+    ROBOCACHE_CHECK_VALUE(times[f].is_cpu() && times[f].dim() == 1 && times[f].numel() == total &&
+                              times[f].element_size() == 8 && times[f].is_contiguous(),
+                          "MappedFeed.chunk: times[", f,
+                          "] must be a contiguous 1-D CPU tensor of 8-byte times, one a row (",
+                          total, ")");
+    ROBOCACHE_CHECK_VALUE(offsets[f].is_cpu() && offsets[f].scalar_type() == at::kLong &&
+                              offsets[f].dim() == 2 && offsets[f].size(0) == batches &&
+                              offsets[f].is_contiguous(),
+                          "MappedFeed.chunk: offsets[", f,
+                          "] must be a contiguous (batches, edges) int64 CPU tensor");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = chunks_.begin(); it != chunks_.end();) {
+      it = it->first + it->second.batches <= handed_upto_ ? chunks_.erase(it) : std::next(it);
+    }
+    chunks_[first] = Chunk{
+        std::move(rows), std::move(bounds), std::move(offsets), std::move(times), first, batches};
+  }
+  changed_.notify_all();
+}
+
+const MappedFeed::Chunk* MappedFeed::chunk_of(int64_t b) const {
+  auto after = chunks_.upper_bound(b);
+  if (after == chunks_.begin()) {
+    return nullptr;
+  }
+  const Chunk& chunk = std::prev(after)->second;
+  return b < chunk.first + chunk.batches ? &chunk : nullptr;
+}
+
+bool MappedFeed::slot_held(int64_t b, int64_t& holder) const {
+  const int64_t slot = ring_->slot_of(b);
+  for (const auto& [other, _] : handed_) {
+    if (ring_->slot_of(other) == slot) {
+      holder = other;
+      return true;
     }
   }
-
-  // The rows of batches first.. (each finder's rows_of and indexes): batch
-  // first + k reads rows[f][bounds[f][k]:bounds[f][k + 1]], its index
-  // offsets[f][k] and the rows' times times[f][bounds[f][k]:bounds[f][k + 1]].
-  void chunk(int64_t first, std::vector<at::Tensor> rows, std::vector<at::Tensor> bounds,
-             std::vector<at::Tensor> offsets, std::vector<at::Tensor> times) {
-    const size_t count = fds_.size();
-    ROBOCACHE_CHECK_VALUE(rows.size() == count && bounds.size() == count &&
-                              offsets.size() == count && times.size() == count,
-                          "MappedFeed.chunk: rows, bounds, offsets and times must have one entry ",
-                          "a finder (", count, ")");
-    int64_t batches = -1;
-    for (size_t f = 0; f < count; ++f) {
-      const at::Tensor& bound = bounds[f];
-      ROBOCACHE_CHECK_VALUE(bound.is_cpu() && bound.scalar_type() == at::kLong &&
-                                bound.dim() == 1 && bound.is_contiguous() && bound.numel() >= 1,
-                            "MappedFeed.chunk: bounds[", f,
-                            "] must be a non-empty contiguous 1-D int64 CPU tensor");
-      batches = f == 0 ? bound.numel() - 1 : batches;
-      ROBOCACHE_CHECK_VALUE(bound.numel() - 1 == batches, "MappedFeed.chunk: bounds[", f,
-                            "] holds ", bound.numel() - 1, " batches, bounds[0] ", batches);
-      const int64_t* b = bound.data_ptr<int64_t>();
-      const int64_t total = rows[f].numel();
-      bool rising = b[0] == 0 && b[batches] == total;
-      for (int64_t k = 0; rising && k < batches; ++k) {
-        rising = b[k] <= b[k + 1];
-      }
-      ROBOCACHE_CHECK_VALUE(rising, "MappedFeed.chunk: bounds[", f,
-                            "] must rise from 0 to its rows' length (", total, ")");
-      ROBOCACHE_CHECK_VALUE(times[f].is_cpu() && times[f].dim() == 1 && times[f].numel() == total &&
-                                times[f].element_size() == 8 && times[f].is_contiguous(),
-                            "MappedFeed.chunk: times[", f,
-                            "] must be a contiguous 1-D CPU tensor of 8-byte times, one a row (",
-                            total, ")");
-      ROBOCACHE_CHECK_VALUE(offsets[f].is_cpu() && offsets[f].scalar_type() == at::kLong &&
-                                offsets[f].dim() == 2 && offsets[f].size(0) == batches &&
-                                offsets[f].is_contiguous(),
-                            "MappedFeed.chunk: offsets[", f,
-                            "] must be a contiguous (batches, edges) int64 CPU tensor");
+  for (const auto& [other, _] : landed_) {
+    if (ring_->slot_of(other) == slot) {
+      holder = other;
+      return true;
     }
-    first_ = first;
-    rows_ = std::move(rows);
-    bounds_ = std::move(bounds);
-    offsets_ = std::move(offsets);
-    times_ = std::move(times);
-    batches_ = batches;
   }
+  holder = collecting_;
+  return collecting_ >= 0 && ring_->slot_of(collecting_) == slot;
+}
 
-  // Hands the read of batch b (of the chunk) over, into its ring slot, once
-  // the GPU is done copying from that slot.
-  void hand(int64_t b) {
-    ROBOCACHE_CHECK_VALUE(b >= first_ && b < first_ + batches_, "MappedFeed.hand: batch ", b,
-                          " is not in the chunk (batches ", first_, "..", first_ + batches_ - 1,
-                          ")");
-    const int64_t slot = ring_->slot_of(b);
-    for (const auto& [other, _] : handed_) {
-      ROBOCACHE_CHECK_VALUE(ring_->slot_of(other) != slot, "MappedFeed.hand: batch ", b,
-                            other == b ? " is handed over already"
-                                       : " would read into the slot of a batch not yet waited "
-                                         "for (batch ",
-                            other == b ? "" : std::to_string(other) + "): the ring is too small");
-    }
-    ring_->take(slot);
-    const std::vector<at::Tensor>& buffers = ring_->buffers(slot);
-    const int64_t k = b - first_;
-    Handed handed;
-    try {
-      for (size_t f = 0; f < fds_.size(); ++f) {
-        const int64_t* bound = bounds_[f].data_ptr<int64_t>();
-        const int64_t count = bound[k + 1] - bound[k];
-        ROBOCACHE_CHECK_VALUE(count <= rooms_[f], "MappedFeed.hand: batch ", b, " reads ", count,
-                              " rows of finder ", f, ", its buffer holds ", rooms_[f]);
-        const std::vector<at::Tensor> head = {offsets_[f].select(0, k),
-                                              times_[f].narrow(0, bound[k], count)};
-        handed.tickets.push_back(
-            reader_->submit_unwoken(fds_[f], row_counts_[f], rows_[f].narrow(0, bound[k], count),
-                                    begins_[f], row_bytes_[f], buffers[f], starts_[f], head));
-        handed.sizes.push_back(ends_[f] + count * last_bytes_[f]);
-        handed.counts.push_back(count);
+void MappedFeed::hand(int64_t b) {
+  struct Read {
+    at::Tensor rows;
+    std::vector<at::Tensor> head;
+  };
+  std::vector<Read> reads;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const Chunk* chunk = chunk_of(b);
+    if (chunk == nullptr) {
+      std::string held;
+      for (const auto& [first, c] : chunks_) {
+        held += (held.empty() ? "" : ", ") + std::to_string(first) + ".." +
+                std::to_string(first + c.batches - 1);
       }
-    } catch (...) {
-      for (const int64_t ticket : handed.tickets) {  // no read left behind
-        try {
-          reader_->wait(ticket);
-        } catch (...) {
-        }
-      }
-      throw;
+      ROBOCACHE_CHECK_VALUE(false, "MappedFeed.hand: batch ", b,
+                            " is not in the chunks handed over (batches ",
+                            held.empty() ? "none" : held, ")");
     }
-    reader_->wake();  // once for every finder's read
-    handed_.emplace(b, std::move(handed));
+    int64_t holder = -1;
+    ROBOCACHE_CHECK_VALUE(!slot_held(b, holder), "MappedFeed.hand: batch ", b,
+                          holder == b ? " is handed over already"
+                                      : " would read into the slot of a batch not yet waited "
+                                        "for (batch ",
+                          holder == b ? "" : std::to_string(holder) + "): the ring is too small");
+    const int64_t k = b - chunk->first;
+    for (size_t f = 0; f < fds_.size(); ++f) {
+      const int64_t* bound = chunk->bounds[f].data_ptr<int64_t>();
+      const int64_t count = bound[k + 1] - bound[k];
+      ROBOCACHE_CHECK_VALUE(count <= rooms_[f], "MappedFeed.hand: batch ", b, " reads ", count,
+                            " rows of finder ", f, ", its buffer holds ", rooms_[f]);
+      reads.push_back(
+          {chunk->rows[f].narrow(0, bound[k], count),
+           {chunk->offsets[f].select(0, k), chunk->times[f].narrow(0, bound[k], count)}});
+    }
   }
+  const int64_t slot = ring_->slot_of(b);
+  ring_->take(slot);
+  const std::vector<at::Tensor>& buffers = ring_->buffers(slot);
+  Handed handed;
+  try {
+    for (size_t f = 0; f < fds_.size(); ++f) {
+      const int64_t count = reads[f].rows.numel();
+      handed.tickets.push_back(reader_->submit_unwoken(fds_[f], row_counts_[f], reads[f].rows,
+                                                       begins_[f], row_bytes_[f], buffers[f],
+                                                       starts_[f], reads[f].head));
+      handed.sizes.push_back(ends_[f] + count * last_bytes_[f]);
+      handed.counts.push_back(count);
+    }
+  } catch (...) {
+    for (const int64_t ticket : handed.tickets) {  // no read left behind
+      try {
+        reader_->wait(ticket);
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  reader_->wake();  // once for every finder's read
+  std::lock_guard<std::mutex> lock(mutex_);
+  handed_.emplace(b, std::move(handed));
+  handed_upto_ = std::max(handed_upto_, b + 1);
+}
 
-  // Waits for batch b's reads (every one, then the first error raised):
-  // (the first finder whose file ended inside its rows, or -1; the bytes
-  // each finder's buffer holds; the rows each finder read).
-  std::tuple<int64_t, std::vector<int64_t>, std::vector<int64_t>> wait(int64_t b) {
+MappedFeed::Landed MappedFeed::collect(int64_t b) {
+  Handed handed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
     auto found = handed_.find(b);
     ROBOCACHE_CHECK_VALUE(found != handed_.end(), "MappedFeed.wait: batch ", b,
                           " is not handed over (each batch is waited for once)");
-    Handed handed = std::move(found->second);
+    handed = std::move(found->second);
     handed_.erase(found);
-    int64_t first_short = -1;
-    std::exception_ptr error;
-    for (size_t f = 0; f < handed.tickets.size(); ++f) {
-      try {
-        if (reader_->wait(handed.tickets[f]) >= 0 && first_short < 0) {
-          first_short = static_cast<int64_t>(f);
-        }
-      } catch (...) {
-        if (!error) {
-          error = std::current_exception();
-        }
+  }
+  Landed landed;
+  for (size_t f = 0; f < handed.tickets.size(); ++f) {
+    try {
+      if (reader_->wait(handed.tickets[f]) >= 0 && landed.first_short < 0) {
+        landed.first_short = static_cast<int64_t>(f);
+      }
+    } catch (...) {
+      if (!landed.error) {
+        landed.error = std::current_exception();
       }
     }
-    if (error) {
-      std::rethrow_exception(error);
-    }
-    return {first_short, std::move(handed.sizes), std::move(handed.counts)};
   }
+  landed.sizes = std::move(handed.sizes);
+  landed.counts = std::move(handed.counts);
+  return landed;
+}
 
-  // One batch of the sampler's graphs: waits for batch i's reads, copies
-  // its rows into `staging`'s buffers (its slot free once they are), then
-  // hands batch `ahead` over (none where ahead < 0). Returns -1, or the
-  // first finder whose file ended inside its rows (nothing staged).
-  int64_t advance(int64_t i, const c10::intrusive_ptr<RowStaging>& staging, int64_t ahead) {
-    const auto waited = wait(i);
-    if (std::get<0>(waited) >= 0) {
-      return std::get<0>(waited);
+std::tuple<int64_t, std::vector<int64_t>, std::vector<int64_t>> MappedFeed::wait(int64_t b) {
+  stop();
+  Landed landed;
+  bool found = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = landed_.find(b);
+    if (it != landed_.end()) {
+      landed = std::move(it->second);
+      landed_.erase(it);
+      found = true;
     }
-    ring_->stage(ring_->slot_of(i), staging, std::get<1>(waited));
-    if (ahead >= 0) {
-      hand(ahead);
-    }
-    return -1;
   }
+  if (!found) {
+    landed = collect(b);
+  }
+  if (landed.error) {
+    std::rethrow_exception(landed.error);
+  }
+  return {landed.first_short, std::move(landed.sizes), std::move(landed.counts)};
+}
 
- private:
-  struct Handed {
-    std::vector<int64_t> tickets, sizes, counts;
-  };
+void MappedFeed::start(int64_t first, c10::intrusive_ptr<RowStaging> staging, int64_t depth,
+                       int64_t count) {
+  ROBOCACHE_CHECK_VALUE(!thread_.joinable(), "MappedFeed.start: the feed is started already");
+  ROBOCACHE_CHECK_VALUE(depth >= 1 && first >= 0 && first < count,
+                        "MappedFeed.start: depth must be >= 1 and first in 0..count - 1; got "
+                        "depth ",
+                        depth, ", first ", first, ", count ", count);
+  ROBOCACHE_CHECK_VALUE(staging->device() == ring_->device(), "MappedFeed.start: staging copies ",
+                        "to GPU ", staging->device(), ", the ring's slots are for GPU ",
+                        ring_->device());
+  std::lock_guard<std::mutex> lock(mutex_);
+  staging_ = std::move(staging);
+  depth_ = depth;
+  count_ = count;
+  cut_upto_ = first;
+  feeding_ = true;
+  stopping_ = false;
+  failure_ = nullptr;
+  thread_ = std::thread([this, first] { feed(first); });
+}
 
-  c10::intrusive_ptr<RowRing> ring_;
-  c10::intrusive_ptr<RowReader> reader_;
-  std::vector<int64_t> fds_, row_counts_;
-  std::vector<std::vector<int64_t>> begins_, row_bytes_, starts_;
-  std::vector<int64_t> rooms_, ends_, last_bytes_;
-  int64_t first_ = 0, batches_ = 0;
-  std::vector<at::Tensor> rows_, bounds_, offsets_, times_;
-  std::unordered_map<int64_t, Handed> handed_;
-};
+bool MappedFeed::await_chunk(int64_t b) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return stopping_ || chunk_of(b) != nullptr; });
+  return !stopping_ && handed_.count(b) == 0 && landed_.count(b) == 0;
+}
+
+void MappedFeed::feed(int64_t first) {
+  try {
+    for (int64_t b = first; b < count_; ++b) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        collecting_ = b;
+      }
+      Landed landed = collect(b);
+      const bool whole = !landed.error && landed.first_short < 0;
+      std::exception_ptr hand_error;
+      const int64_t ahead = b + depth_;
+      if (whole && ahead < count_) {
+        try {
+          if (await_chunk(ahead)) {
+            hand(ahead);
+          }
+        } catch (...) {
+          hand_error = std::current_exception();
+        }
+      }
+      bool go = false;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [&] { return stopping_ || cut_upto_ >= b; });
+        go = !stopping_;
+      }
+      if (go && whole) {
+        try {
+          ring_->copy(ring_->slot_of(b), staging_, landed.sizes);
+          landed.copied = true;
+        } catch (...) {
+          landed.error = std::current_exception();
+        }
+      }
+      const bool copied = landed.copied;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        landed_.emplace(b, std::move(landed));
+        collecting_ = -1;
+        if (hand_error) {
+          failure_ = hand_error;
+        }
+      }
+      changed_.notify_all();
+      if (!copied || hand_error) {
+        break;
+      }
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failure_ = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    feeding_ = false;
+    collecting_ = -1;
+  }
+  changed_.notify_all();
+}
+
+int64_t MappedFeed::staged(int64_t i) {
+  Landed landed;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return landed_.count(i) > 0 || !feeding_; });
+    auto it = landed_.find(i);
+    if (it == landed_.end()) {
+      if (failure_) {
+        std::rethrow_exception(failure_);
+      }
+      ROBOCACHE_CHECK_VALUE(false, "MappedFeed.staged: batch ", i,
+                            " is not fed: the feed is not started or has stopped before it");
+    }
+    landed = std::move(it->second);
+    landed_.erase(it);
+  }
+  if (landed.error) {
+    std::rethrow_exception(landed.error);
+  }
+  if (landed.first_short >= 0) {
+    return landed.first_short;
+  }
+  ROBOCACHE_CHECK_VALUE(landed.copied, "MappedFeed.staged: batch ", i,
+                        " was not copied: the feed stopped before it");
+  ring_->await_copy(ring_->slot_of(i));
+  return -1;
+}
+
+void MappedFeed::cut(int64_t i) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ROBOCACHE_CHECK_VALUE(staging_, "MappedFeed.cut: the feed is not started");
+    staging_->cut();
+    cut_upto_ = std::max(cut_upto_, i + 1);
+  }
+  changed_.notify_all();
+}
+
+std::vector<int64_t> MappedFeed::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<int64_t> held;
+  for (const auto& [b, _] : handed_) {
+    held.push_back(b);
+  }
+  for (const auto& [b, _] : landed_) {
+    held.push_back(b);
+  }
+  std::sort(held.begin(), held.end());
+  return held;
+}
 
 void register_mapped_feed(torch::Library& m) {
   m.class_<MappedFeed>("MappedFeed")
@@ -220,7 +391,10 @@ void register_mapped_feed(torch::Library& m) {
       .def("chunk", &MappedFeed::chunk)
       .def("hand", &MappedFeed::hand)
       .def("wait", &MappedFeed::wait)
-      .def("advance", &MappedFeed::advance);
+      .def("start", &MappedFeed::start)
+      .def("staged", &MappedFeed::staged)
+      .def("cut", &MappedFeed::cut)
+      .def("stop", &MappedFeed::stop);
 }
 
 }  // namespace robocache::io

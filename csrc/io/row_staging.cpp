@@ -61,35 +61,34 @@ RowStaging::~RowStaging() {
   }
 }
 
-void RowStaging::stage(const std::vector<at::Tensor>& sources, const std::vector<int64_t>& sizes,
-                       cudaEvent_t copied) {
+void RowStaging::copy(const std::vector<at::Tensor>& sources, const std::vector<int64_t>& sizes,
+                      cudaEvent_t copied) {
   ROBOCACHE_CHECK_VALUE(sources.size() == targets_.size() && sizes.size() == targets_.size(),
-                        "RowStaging.stage: sources and sizes must have one entry a target (",
+                        "RowStaging.copy: sources and sizes must have one entry a target (",
                         targets_.size(), "); got ", sources.size(), " and ", sizes.size());
   for (size_t k = 0; k < sources.size(); ++k) {
     const at::Tensor& source = sources[k];
     ROBOCACHE_CHECK_VALUE(
         source.is_cpu() && source.scalar_type() == at::kByte && source.is_contiguous(),
-        "RowStaging.stage: sources[", k, "] must be a contiguous uint8 host tensor; got ",
+        "RowStaging.copy: sources[", k, "] must be a contiguous uint8 host tensor; got ",
         source.scalar_type(), " on ", source.device());
-    ROBOCACHE_CHECK_VALUE(source.numel() == targets_[k].numel(), "RowStaging.stage: sources[", k,
+    ROBOCACHE_CHECK_VALUE(source.numel() == targets_[k].numel(), "RowStaging.copy: sources[", k,
                           "] must be laid out as targets[", k, "] (", targets_[k].numel(),
                           " bytes); got ", source.numel(), " bytes");
-    ROBOCACHE_CHECK_VALUE(sizes[k] >= 0 && sizes[k] <= source.numel(), "RowStaging.stage: sizes[",
-                          k, "] must be within 0..", source.numel(), "; got ", sizes[k]);
+    ROBOCACHE_CHECK_VALUE(sizes[k] >= 0 && sizes[k] <= source.numel(), "RowStaging.copy: sizes[", k,
+                          "] must be within 0..", source.numel(), "; got ", sizes[k]);
   }
   c10::cuda::CUDAGuard guard(device_);
-  const cudaStream_t copy = copy_stream_->stream();
-  C10_CUDA_CHECK(cudaStreamWaitEvent(copy, read_, 0));
+  const cudaStream_t side = copy_stream_->stream();
+  C10_CUDA_CHECK(cudaStreamWaitEvent(side, read_, 0));
   for (size_t k = 0; k < sources.size(); ++k) {
     if (sizes[k] == 0) {
       continue;
     }
     C10_CUDA_CHECK(cudaMemcpyAsync(targets_[k].data_ptr(), sources[k].data_ptr(),
-                                   static_cast<size_t>(sizes[k]), cudaMemcpyHostToDevice, copy));
+                                   static_cast<size_t>(sizes[k]), cudaMemcpyHostToDevice, side));
   }
-  C10_CUDA_CHECK(cudaEventRecord(copied, copy));
-  C10_CUDA_CHECK(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_).stream(), copied, 0));
+  C10_CUDA_CHECK(cudaEventRecord(copied, side));
 }
 
 void RowStaging::cut() {
@@ -170,12 +169,19 @@ void RowRing::used(int64_t slot, int64_t cuda_stream) {
   C10_CUDA_CHECK(cudaEventRecord(copied_[static_cast<size_t>(slot)], stream));
 }
 
-void RowRing::stage(int64_t slot, const c10::intrusive_ptr<RowStaging>& staging,
-                    const std::vector<int64_t>& sizes) {
-  check_slot(slot, "RowRing.stage");
-  ROBOCACHE_CHECK_VALUE(staging->device() == device_, "RowRing.stage: staging copies to GPU ",
+void RowRing::copy(int64_t slot, const c10::intrusive_ptr<RowStaging>& staging,
+                   const std::vector<int64_t>& sizes) {
+  check_slot(slot, "RowRing.copy");
+  ROBOCACHE_CHECK_VALUE(staging->device() == device_, "RowRing.copy: staging copies to GPU ",
                         staging->device(), ", the ring's slots are for GPU ", device_);
-  staging->stage(slots_[static_cast<size_t>(slot)], sizes, copied_[static_cast<size_t>(slot)]);
+  staging->copy(slots_[static_cast<size_t>(slot)], sizes, copied_[static_cast<size_t>(slot)]);
+}
+
+void RowRing::await_copy(int64_t slot) {
+  check_slot(slot, "RowRing.await_copy");
+  c10::cuda::CUDAGuard guard(device_);
+  C10_CUDA_CHECK(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_).stream(),
+                                     copied_[static_cast<size_t>(slot)], 0));
 }
 
 void register_row_staging(torch::Library& m) {

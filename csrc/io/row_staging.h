@@ -29,11 +29,11 @@ class RowStaging : public torch::CustomClassHolder {
 
   // Copies the first sizes[k] bytes of sources[k] (contiguous uint8 pinned
   // host tensors, each as large as targets[k]) into targets[k], once the
-  // last cut has read them; records `copied` after the copies, and makes
-  // the device's current stream wait for it. The sources must stay
-  // allocated until `copied` is done (a RowRing's slots do).
-  void stage(const std::vector<at::Tensor>& sources, const std::vector<int64_t>& sizes,
-             cudaEvent_t copied);
+  // last cut has read them, and records `copied` after the copies (any
+  // thread may call it). The sources must stay allocated until `copied` is
+  // done (a RowRing's slots do).
+  void copy(const std::vector<at::Tensor>& sources, const std::vector<int64_t>& sizes,
+            cudaEvent_t copied);
 
   // The device's current stream has queued the cut that reads the targets:
   // the next copy waits for it.
@@ -70,10 +70,19 @@ class RowRing : public torch::CustomClassHolder {
   // from slot `slot`.
   void used(int64_t slot, int64_t cuda_stream);
   // The first sizes[f] bytes of slot `slot`'s buffers copied into
-  // `staging`'s targets (RowStaging::stage); the slot is free once they are.
+  // `staging`'s targets (RowStaging::copy); the slot is free once they are.
+  void copy(int64_t slot, const c10::intrusive_ptr<RowStaging>& staging,
+            const std::vector<int64_t>& sizes);
+  // The device's current stream waits for slot `slot`'s last copy.
+  void await_copy(int64_t slot);
+  // copy(), then await_copy().
   void stage(int64_t slot, const c10::intrusive_ptr<RowStaging>& staging,
-             const std::vector<int64_t>& sizes);
+             const std::vector<int64_t>& sizes) {
+    copy(slot, staging, sizes);
+    await_copy(slot);
+  }
 
+  c10::DeviceIndex device() const { return device_; }
   int64_t slots() const { return static_cast<int64_t>(slots_.size()); }
   int64_t finders() const { return static_cast<int64_t>(slots_[0].size()); }
   // Slot `slot` (any batch number: taken modulo the slots) and its buffers.

@@ -1,10 +1,12 @@
-"""An iteration's mapped rows fed to the sampler's CUDA graphs with one
-native call a batch (``torch.classes.robocache.MappedFeed``, csrc/io): the
-rows of a chunk of batches handed over once, then for each batch its rows
-waited for and copied into the graphs' buffers and a later batch's read
-handed to the row reader, with no Python between them. Only once every
-episode of the keys' files has passed its checks: until then each batch's
-reads and checks are handed over from Python (``MappedReads``)."""
+"""An iteration's mapped rows fed to the sampler's CUDA graphs by a native
+thread (``torch.classes.robocache.MappedFeed``, csrc/io): the rows of a
+chunk of batches handed over once; then, for each batch in turn, the
+feed's thread waits for its rows, hands a later batch's read to the row
+reader and copies the rows into the graphs' buffers once the last batch's
+cut is queued. The caller's thread only makes its CUDA stream wait for
+each copy. Only once every episode of the keys' files has passed its
+checks: until then each batch's reads and checks are handed over from
+Python (``MappedReads``)."""
 
 import torch
 
@@ -31,8 +33,9 @@ class MappedFeed:
             [r.at[-1] for r in reads],
             [r.last_row_bytes for r in reads],
         )
-        self.first = None  # the first batch of the chunk handed over
+        self.first = None  # the first batch of the last chunk handed over
         self.checked = False
+        self.feeding = False  # the feed's thread runs
 
     def ready(self):
         """Whether every episode of the finders' files has passed its
@@ -47,7 +50,7 @@ class MappedFeed:
 
     def load(self, first, found):
         """The chunk of batches ``first``.. (``MappedAhead._chunk``'s found),
-        handed over where it is not yet."""
+        handed over where it is not yet (chunks are handed over in order)."""
         if self.first != first:
             self.native.chunk(
                 first,
@@ -57,6 +60,17 @@ class MappedFeed:
                 [times for *_, times in found],
             )
             self.first = first
+
+    def start(self, i, staging, depth, count):
+        """The feed's thread started at batch i (see MappedFeed.start)."""
+        self.native.start(i, staging, depth, count)
+        self.feeding = True
+
+    def stop(self):
+        """The feed's thread stopped: the batches it holds (handed over, not
+        yet waited for), which ``native.wait`` serves."""
+        self.feeding = False
+        return self.native.stop()
 
     def views(self, b, counts):
         """Batch b's streams (key position -> (values, times, offsets)) in

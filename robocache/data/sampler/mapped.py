@@ -121,8 +121,9 @@ class MappedAhead(HandedAhead):
     own, ``depth`` + 1 batches at most: in ``ring`` (a PinnedRing of at
     least ``depth`` + 1 slots; ``used(i)`` once batch i's copies are
     queued), or in a buffer a batch. With a ring, once every episode has
-    passed its checks, the native feed (feed.py) hands the batches over,
-    and ``stage`` is one native call a batch."""
+    passed its checks, the native feed (feed.py) hands the batches over;
+    from the first of them that ``stage`` stages, the feed's thread waits
+    for them and copies them."""
 
     def __init__(self, finders, anchor, edge_tolerance, parts, depth, reader, pin, ring=None):
         self.anchor, self.edge, self.parts = anchor, edge_tolerance, parts
@@ -182,33 +183,55 @@ class MappedAhead(HandedAhead):
             self.reads.submit(b, self._found(b))
 
     def get(self, i):
+        self.stop_feeding()
         self._hand(i)
         return self.reads.wait(i)[0]
 
     def stage(self, i, static):
         """Batch i's rows, once read, copied into ``static`` (the StaticRows
         that the graphs cut them from) on the GPU; the ring's slot is free
-        once they are. Where the native feed handed batch i over, one call
-        waits for it, copies it and hands batch i + depth over."""
-        ahead = i + self.depth
-        if ahead >= self.count:
-            ahead = -1
+        once they are. From the first batch the native feed handed over,
+        the feed's thread waits for the reads and queues the copies: this
+        only makes the current stream wait for batch i's copy."""
         feed = self.reads.feed
-        if self.pending.get(i) is FED and (ahead < 0 or ahead not in self.pending):
-            del self.pending[i]
-            # Where batch i + depth starts a chunk, its rows are found once
-            # batch i's copy is queued.
-            loaded = ahead < 0 or feed.first == ahead - ahead % self.chunk_batches
-            first_short = feed.native.advance(i, static.staging, ahead if loaded else -1)
+        if not feed.feeding and self.pending.get(i) is FED:
+            # Batches i.. are handed over natively (each later one too).
+            self.pending.clear()
+            self._load_ahead(i)
+            feed.start(i, static.staging, self.depth, self.count)
+        if feed.feeding:
+            self._load_ahead(i + 1)  # the thread hands batch i + 1 + depth from it
+            first_short = feed.native.staged(i)
             if first_short >= 0:
                 raise self.reads.finders[first_short].short_read()
-            if loaded and ahead >= 0:
-                self.pending[ahead] = FED
-            elif ahead >= 0:
-                self._submit(ahead)
             return
         self._hand(i)
         static.stage(self.reads.ring, i, self.reads.wait(i, streams=False)[1])
+
+    def _load_ahead(self, i):
+        """The chunk of batch i + depth (where the epoch has it) handed to
+        the feed."""
+        ahead = i + self.depth
+        if ahead < self.count:
+            self.reads.feed.load(*self._chunk(ahead))
+
+    def cut(self, i, static):
+        """The current stream has queued batch i's cut, which reads
+        ``static``: the next batch's copy into it follows the cut."""
+        feed = self.reads.feed
+        if feed is not None and feed.feeding:
+            feed.native.cut(i)
+        else:
+            static.cut()
+
+    def stop_feeding(self):
+        """The feed's thread stopped (another iteration took the graphs
+        over, or batches are made without them): ``get`` waits for the
+        batches it holds."""
+        feed = self.reads.feed
+        if feed is not None and feed.feeding:
+            for b in feed.stop():
+                self.pending[b] = FED
 
     def used(self, i, cuda_stream=None):
         """Batch i's rows are copied by the work queued on ``cuda_stream``
@@ -217,7 +240,10 @@ class MappedAhead(HandedAhead):
 
     def close(self):
         try:
-            self.reads.reader.close()
+            try:
+                self.stop_feeding()
+            finally:
+                self.reads.reader.close()
         finally:
             if self.reads.ring is not None:
                 self.reads.ring.busy = False

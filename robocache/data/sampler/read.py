@@ -219,6 +219,12 @@ class Ahead:
         if self.checks is not None:
             self.checks.wait(i)
 
+    def stop_feeding(self):
+        """The mapped rows' native feed stops staging into the graphs'
+        buffers (see MappedAhead.stop_feeding)."""
+        if self.mapped is not None:
+            self.mapped.stop_feeding()
+
     def used(self, i, cuda_stream=None):
         """Batch i's mapped rows are copied by the work queued on
         ``cuda_stream`` (default: the current one); their pinned buffer may

@@ -70,6 +70,7 @@ class StoreBatches:
             self.cursor = order.StepCursor(self._per_rank, self.batch_size, self.device)
             self._static = {}  # batch size -> the index batch_at's graphs read
         self._cursor_user = None
+        self._cursor_reader = None  # the read ahead of the iteration feeding the graphs
         # (epoch guessed, its anchors, its DecodedEpoch): the GPU decoder's
         # queue run on into the epoch guessed to follow the last iteration.
         self._following = None
@@ -300,7 +301,11 @@ class StoreBatches:
             # batches without them.
             user = object() if graphed else None
             if graphed:
-                self._cursor_user = user
+                # The iteration that fed the graphs stops staging into their
+                # buffers before this one does.
+                if self._cursor_reader is not None:
+                    self._cursor_reader.stop_feeding()
+                self._cursor_user, self._cursor_reader = user, reader
             last = B if self.drop_last else anchors.numel() - (count - 1) * B
             rings = [self._cursor_ring(B)] * (count - 1) + [self._cursor_ring(last)]
             cursor = self.cursor
@@ -330,7 +335,7 @@ class StoreBatches:
                 if decoded is not None:
                     decoded.release(i)
                 if static is not None:
-                    static.cut()
+                    reader.mapped.cut(i, static)
                 return batch
         else:
 
@@ -350,6 +355,8 @@ class StoreBatches:
         try:
             yield from self.stream.run(make, range(count))
         finally:
+            if self._cursor_reader is reader:
+                self._cursor_reader = None
             self._close_reader(reader)
 
     def _cursor_ring(self, size):

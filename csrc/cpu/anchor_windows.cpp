@@ -46,6 +46,8 @@ at::Tensor anchor_episodes(const at::Tensor& anchor_offsets, const at::Tensor& i
   return episode;
 }
 
+}  // namespace
+
 std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, at::Tensor,
            std::vector<at::Tensor>>
 anchor_windows_cpu(at::TensorList values, at::TensorList times, at::TensorList offsets,
@@ -80,8 +82,6 @@ anchor_windows_cpu(at::TensorList values, at::TensorList times, at::TensorList o
     rows.push_back(table.index_select(0, index));
   return {outs, pads, ages, episode, rows};
 }
-
-}  // namespace
 
 TORCH_LIBRARY_IMPL(robocache, CPU, m) {
   m.impl("anchor_windows", &anchor_windows_cpu);

@@ -236,17 +236,18 @@ std::tuple<int64_t, std::vector<int64_t>, std::vector<int64_t>> MappedFeed::wait
 }
 
 void MappedFeed::start(int64_t first, c10::intrusive_ptr<RowStaging> staging, int64_t depth,
-                       int64_t count) {
+                       c10::intrusive_ptr<EpochRows> epoch) {
   ROBOCACHE_CHECK_VALUE(!thread_.joinable(), "MappedFeed.start: the feed is started already");
+  const int64_t count = epoch->batches();
   ROBOCACHE_CHECK_VALUE(depth >= 1 && first >= 0 && first < count,
-                        "MappedFeed.start: depth must be >= 1 and first in 0..count - 1; got "
-                        "depth ",
-                        depth, ", first ", first, ", count ", count);
+                        "MappedFeed.start: depth must be >= 1 and first a batch of the epoch's ",
+                        count, "; got depth ", depth, ", first ", first);
   ROBOCACHE_CHECK_VALUE(staging->device() == ring_->device(), "MappedFeed.start: staging copies ",
                         "to GPU ", staging->device(), ", the ring's slots are for GPU ",
                         ring_->device());
   std::lock_guard<std::mutex> lock(mutex_);
   staging_ = std::move(staging);
+  epoch_ = std::move(epoch);
   depth_ = depth;
   count_ = count;
   cut_upto_ = first;
@@ -256,10 +257,19 @@ void MappedFeed::start(int64_t first, c10::intrusive_ptr<RowStaging> staging, in
   thread_ = std::thread([this, first] { feed(first); });
 }
 
-bool MappedFeed::await_chunk(int64_t b) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return stopping_ || chunk_of(b) != nullptr; });
-  return !stopping_ && handed_.count(b) == 0 && landed_.count(b) == 0;
+bool MappedFeed::chunk_ready(int64_t b) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ || handed_.count(b) > 0 || landed_.count(b) > 0) {
+      return false;
+    }
+    if (chunk_of(b) != nullptr) {
+      return true;
+    }
+  }
+  auto [first, rows, bounds, offsets, times] = epoch_->chunk(b);
+  chunk(first, std::move(rows), std::move(bounds), std::move(offsets), std::move(times));
+  return true;
 }
 
 void MappedFeed::feed(int64_t first) {
@@ -275,7 +285,7 @@ void MappedFeed::feed(int64_t first) {
       const int64_t ahead = b + depth_;
       if (whole && ahead < count_) {
         try {
-          if (await_chunk(ahead)) {
+          if (chunk_ready(ahead)) {
             hand(ahead);
           }
         } catch (...) {

@@ -1,11 +1,12 @@
 // An iteration's mapped rows fed to the sampler's CUDA graphs by a thread of
 // the feed's own: torch.classes.robocache.MappedFeed (CUDA builds only).
 // The rows each batch reads are found a chunk of batches at a time on the
-// host and handed over once a chunk. Then, once started, the feed's thread
-// waits for each batch's reads in turn, hands the read of a later batch to
-// the row reader (into a ring slot, RowRing, that the GPU is done copying
-// from), and copies the batch's rows into the graphs' buffers (RowStaging)
-// once the cut of the batch before it is queued. The caller's thread only
+// host (EpochRows) and handed over once a chunk. Then, once started, the
+// feed's thread waits for each batch's reads in turn, hands the read of a
+// later batch to the row reader (into a ring slot, RowRing, that the GPU is
+// done copying from; finding the rows of a chunk itself), and copies the
+// batch's rows into the graphs' buffers (RowStaging) once the cut of the
+// batch before it is queued. The caller's thread only
 // makes its CUDA stream wait for each batch's copy.
 #pragma once
 
@@ -25,6 +26,7 @@
 
 #include "row_reader.h"
 #include "row_staging.h"
+#include "window_rows.h"
 
 namespace robocache::io {
 
@@ -63,12 +65,14 @@ class MappedFeed : public torch::CustomClassHolder {
   // thread is stopped first.
   std::tuple<int64_t, std::vector<int64_t>, std::vector<int64_t>> wait(int64_t b);
 
-  // Starts the feed's thread at batch `first` of an iteration of `count`
-  // batches read `depth` batches ahead (batches first..first + depth - 1
-  // handed over already). For each batch b in turn it waits for b's reads,
-  // hands batch b + depth over (its chunk once there), and once cut(b - 1)
-  // is called (not for `first`) copies b's rows into `staging`'s buffers.
-  void start(int64_t first, c10::intrusive_ptr<RowStaging> staging, int64_t depth, int64_t count);
+  // Starts the feed's thread at batch `first` of the iteration `epoch`
+  // (its batches' rows, in chunks), read `depth` batches ahead (batches
+  // first..first + depth - 1 handed over already). For each batch b in turn
+  // it waits for b's reads, hands batch b + depth over (finding the rows of
+  // its chunk where they are not handed over), and once cut(b - 1) is
+  // called (not for `first`) copies b's rows into `staging`'s buffers.
+  void start(int64_t first, c10::intrusive_ptr<RowStaging> staging, int64_t depth,
+             c10::intrusive_ptr<EpochRows> epoch);
 
   // Once the feed's thread has copied batch i's rows: the device's current
   // stream waits for the copy. Returns -1, or the first finder whose file
@@ -109,9 +113,9 @@ class MappedFeed : public torch::CustomClassHolder {
   Landed collect(int64_t b);
   // The feed's thread, from batch `first`.
   void feed(int64_t first);
-  // Waits until batch b's chunk is there; false where the feed stops first
-  // or b is handed over already.
-  bool await_chunk(int64_t b);
+  // Whether batch b is to be handed over (not yet, and the feed goes on),
+  // its chunk found where it is not there.
+  bool chunk_ready(int64_t b);
 
   c10::intrusive_ptr<RowRing> ring_;
   c10::intrusive_ptr<RowReader> reader_;
@@ -129,6 +133,7 @@ class MappedFeed : public torch::CustomClassHolder {
   // The thread's state.
   std::thread thread_;
   c10::intrusive_ptr<RowStaging> staging_;
+  c10::intrusive_ptr<EpochRows> epoch_;
   int64_t depth_ = 0, count_ = 0, cut_upto_ = 0;  // cut_upto_: 1 + the last batch cut
   bool feeding_ = false, stopping_ = false;
   std::exception_ptr failure_;  // what ended the thread early

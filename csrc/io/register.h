@@ -7,6 +7,7 @@
 
 namespace robocache::io {
 
+void register_window_rows(torch::Library& m);  // WindowRows, EpochRows
 #if defined(ROBOCACHE_WITH_CUDA)
 void register_row_staging(torch::Library& m);  // RowStaging, RowRing
 void register_mapped_feed(torch::Library& m);  // MappedFeed

@@ -2,7 +2,7 @@
 thread (``torch.classes.robocache.MappedFeed``, csrc/io): the rows of a
 chunk of batches handed over once; then, for each batch in turn, the
 feed's thread waits for its rows, hands a later batch's read to the row
-reader and copies the rows into the graphs' buffers once the last batch's
+reader (finding the rows of later chunks itself) and copies the rows into the graphs' buffers once the last batch's
 cut is queued. The caller's thread only makes its CUDA stream wait for
 each copy. Only once every episode of the keys' files has passed its
 checks: until then each batch's reads and checks are handed over from
@@ -55,15 +55,16 @@ class MappedFeed:
             self.native.chunk(
                 first,
                 [rows for rows, *_ in found],
-                [torch.as_tensor(bounds, dtype=torch.int64) for _, bounds, *_ in found],
+                [bounds for _, bounds, *_ in found],
                 [offsets for *_, offsets, _ in found],
                 [times for *_, times in found],
             )
             self.first = first
 
-    def start(self, i, staging, depth, count):
-        """The feed's thread started at batch i (see MappedFeed.start)."""
-        self.native.start(i, staging, depth, count)
+    def start(self, i, staging, depth, epoch):
+        """The feed's thread started at batch i of ``epoch`` (an EpochRows;
+        see MappedFeed.start)."""
+        self.native.start(i, staging, depth, epoch)
         self.feeding = True
 
     def stop(self):

@@ -5,11 +5,9 @@ row reader into a buffer laid out for them."""
 
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
 from .buffers import capacity
-from .cut import rows_around
 
 
 class BufferReads(NamedTuple):
@@ -47,7 +45,10 @@ class RowFinder:
         self.plan, self.keys = plan, keys
         self.times, self.offsets = stream.times.cpu(), stream.offsets.cpu()
         self.deltas = plan.deltas.cpu()
-        self.row_numbers = torch.arange(self.times.numel()).view(-1, 1)
+        # The rows batches read, found natively (csrc/io/window_rows.cpp).
+        self.windows = torch.classes.robocache.WindowRows(
+            self.times, self.offsets, self.deltas, plan.mode, plan.interval
+        )
         self.file = keys[0].rows.file
         self._reads = {}  # buffer_reads's, by room
 
@@ -68,55 +69,16 @@ class RowFinder:
     def rows_of(self, index, anchor, edge_tolerance, batch_size):
         """The sorted rows each batch of ``index`` (host anchors, batches of
         ``batch_size`` in turn) reads: (rows, bounds), batch b's rows
-        ``rows[bounds[b]:bounds[b + 1]]``. Past the operator, numpy: one
-        thread, so that a busy host's cores are not waited for."""
-        plan, count = self.plan, self.times.numel()
-        width = len(self.deltas)
-        batch = np.arange(index.numel()) // batch_size
-        batches = -(-index.numel() // batch_size)
-        shifts = [self.deltas] + ([self.deltas - plan.interval] if plan.mode == "mean" else [])
-        found = []
-        for deltas in shifts:
-            # "previous" over the row numbers: the row at or before each query
-            # (the first row for a query before it).
-            rows, episode = rows_around(
-                plan, self.row_numbers, self.times, self.offsets, anchor, index, edge_tolerance,
-                mode="previous", deltas=deltas, interval=0, tolerance=-1,
-            )  # fmt: skip
-            found.append(rows.view(-1).numpy())
-        held, window_batch = found[0], np.repeat(batch, width)
-        episode = np.maximum(episode.numpy(), 0)
-        offsets = self.offsets.numpy()
-        firsts, lasts = offsets[episode], offsets[episode + 1] - 1
-        after = np.minimum(held + 1, np.maximum(np.repeat(lasts, width), 0))
-        # Each episode's edges decide its padding.
-        picked = [held, after, firsts, lasts]
-        owners = [window_batch, window_batch, batch, batch]
-        if plan.mode == "mean":  # every row of (q - interval, q]
-            span = np.maximum(held - found[1], 0) + 1
-            starts = np.cumsum(span) - span
-            ramp = np.arange(int(span.sum())) - np.repeat(starts, span)
-            picked.append(np.repeat(found[1], span) + ramp)
-            owners.append(np.repeat(window_batch, span))
-        rows, owner = np.concatenate(picked), np.concatenate(owners)
-        kept = (rows >= 0) & (rows < count)
-        keyed = np.sort(owner[kept] * count + rows[kept])  # by batch, then row
-        keyed = keyed[np.concatenate(([True], keyed[1:] != keyed[:-1]))]
-        bounds = np.searchsorted(keyed, np.arange(batches + 1) * count)
-        return torch.from_numpy(keyed % max(count, 1)), bounds.tolist()
+        ``rows[bounds[b]:bounds[b + 1]]`` (``WindowRows.rows_of``)."""
+        rows, bounds = self.windows.rows_of(index, anchor[0], anchor[1], edge_tolerance, batch_size)
+        return rows, bounds.tolist()
 
     def indexes(self, rows, bounds):
         """Each batch's index of its packed stream (``rows_of``'s batches):
         (offsets, times), batch b's index ``offsets[b]`` (its episodes'
         offsets in its rows) and ``times[bounds[b]:bounds[b + 1]]`` (its
         rows' times), as ``submit`` lays them."""
-        batches, count = len(bounds) - 1, max(self.times.numel(), 1)
-        bounds = np.asarray(bounds)
-        owner = np.repeat(np.arange(batches), np.diff(bounds))
-        keyed = owner * count + rows.numpy()  # sorted: by batch, then row
-        starts = np.arange(batches).reshape(-1, 1) * count
-        offsets = np.searchsorted(keyed, starts + self.offsets.numpy()) - bounds[:-1].reshape(-1, 1)
-        return torch.from_numpy(offsets), torch.index_select(self.times, 0, rows)
+        return self.windows.indexes(rows, torch.as_tensor(bounds, dtype=torch.int64))
 
     def submit_checks(self, reader, found, token):
         """Hands ``reader`` the checks of the episodes that rows ``found``

@@ -14,6 +14,8 @@ it. Keys that share their times and their rule share the rows found."""
 
 from functools import partial
 
+import torch
+
 from ..store.checks import new_token
 from .feed import FED, MappedFeed
 from .handed import HandedAhead, wait_all
@@ -134,6 +136,10 @@ class MappedAhead(HandedAhead):
         # chunk where there are many.
         edges = max(f.offsets.numel() for f in finders)
         self.chunk_batches = max(1, min(CHUNK_BATCHES, CHUNK_OFFSETS // edges))
+        self.epoch = torch.classes.robocache.EpochRows(
+            [f.windows for f in finders], parts.anchors.cpu(), anchor[0], anchor[1],
+            edge_tolerance, parts.batch_size, self.chunk_batches,
+        )  # fmt: skip
         if ring is not None:
             try:
                 self.reads.feed = MappedFeed(finders, reader, ring)
@@ -145,26 +151,21 @@ class MappedAhead(HandedAhead):
 
     def _chunk(self, b):
         """(first batch, each finder's (rows, bounds, offsets, times)) of
-        the chunk of batches that batch b is in."""
-        chunk = self.chunk_batches
-        first = b - b % chunk
-        if self.chunk is None or self.chunk[0] != first:
-            parts, size = self.parts, self.parts.batch_size
-            end = min(first + chunk, len(parts))
-            index = parts.anchors[first * size : end * size].cpu()
-            found = []
-            for f in self.reads.finders:
-                rows, bounds = f.rows_of(index, self.anchor, self.edge, size)
-                found.append((rows, bounds, *f.indexes(rows, bounds)))
-            self.chunk = (first, found)
+        the chunk of batches that batch b is in (``EpochRows.chunk``)."""
+        if self.chunk is None or not 0 <= b - self.chunk[0] < self.chunk_batches:
+            first, *found = self.epoch.chunk(b)
+            self.chunk = (first, list(zip(*found)))
         return self.chunk
 
     def _found(self, b):
         """Each finder's (rows, index) of batch b."""
         first, found = self._chunk(b)
         k = b - first
-        return [(rows[bounds[k] : bounds[k + 1]], (offsets[k], times[bounds[k] : bounds[k + 1]]))
-                for rows, bounds, offsets, times in found]  # fmt: skip
+        picked = []
+        for rows, bounds, offsets, times in found:
+            lo, hi = bounds[k : k + 2].tolist()
+            picked.append((rows[lo:hi], (offsets[k], times[lo:hi])))
+        return picked
 
     def _fed(self, b):
         """Whether batch b is handed over by the native feed (where it can
@@ -197,23 +198,14 @@ class MappedAhead(HandedAhead):
         if not feed.feeding and self.pending.get(i) is FED:
             # Batches i.. are handed over natively (each later one too).
             self.pending.clear()
-            self._load_ahead(i)
-            feed.start(i, static.staging, self.depth, self.count)
+            feed.start(i, static.staging, self.depth, self.epoch)
         if feed.feeding:
-            self._load_ahead(i + 1)  # the thread hands batch i + 1 + depth from it
             first_short = feed.native.staged(i)
             if first_short >= 0:
                 raise self.reads.finders[first_short].short_read()
             return
         self._hand(i)
         static.stage(self.reads.ring, i, self.reads.wait(i, streams=False)[1])
-
-    def _load_ahead(self, i):
-        """The chunk of batch i + depth (where the epoch has it) handed to
-        the feed."""
-        ahead = i + self.depth
-        if ahead < self.count:
-            self.reads.feed.load(*self._chunk(ahead))
 
     def cut(self, i, static):
         """The current stream has queued batch i's cut, which reads

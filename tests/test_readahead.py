@@ -274,7 +274,9 @@ def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch, v
     for _ in range(2):
         torch.cuda._sleep(200_000_000)  # the host runs ahead of the copies
         same_batches([{k: v.clone() for k, v in b.items()} for b in sampler], want)
-    assert sampler.graphs and sorted(set(loads)) == list(range(0, len(want), 4))
+    # Each iteration hands its first chunk over; the feed's thread finds the
+    # rows of the later ones (with checks, once every episode has passed).
+    assert sampler.graphs and len(want) > 8 and loads[-1] == 0 and (verify or loads == [0, 0])
     first = iter(sampler)
     got = [{k: v.clone() for k, v in next(first).items()} for _ in range(3)]
     feed = sampler._batches._cursor_reader.mapped.reads.feed
@@ -298,14 +300,18 @@ def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch, v
     with pytest.raises(ValueError, match="slot must be in 0..2; got 3"):
         ring.native.take(3)
     staging = sampler._batches.reader.static_rows().staging
+    anchor = sampler._batches.anchor_host
+    epoch = torch.classes.robocache.EpochRows(
+        [f.windows for f in finders], torch.arange(8), anchor[0], anchor[1], 0, 2, 4
+    )
     with pytest.raises(ValueError, match="depth must be >= 1"):
-        feed.native.start(0, staging, 0, 4)
+        feed.native.start(0, staging, 0, epoch)
     with pytest.raises(ValueError, match="batch 0 is not fed: the feed is not started"):
         feed.native.staged(0)
     with pytest.raises(ValueError, match="the feed is not started"):
         feed.native.cut(0)
     # A feed started with no read handed over stops on its first batch.
-    feed.start(0, staging, 1, 4)
+    feed.start(0, staging, 1, epoch)
     with pytest.raises(ValueError, match="batch 0 is not handed over"):
         feed.native.staged(0)
     assert feed.stop() == []

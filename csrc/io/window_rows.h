@@ -75,4 +75,11 @@ class EpochRows : public torch::CustomClassHolder {
   int64_t edge_tolerance_, batch_size_, chunk_batches_;
 };
 
+// The batches of a chunk of `count` finders' rows (rows, bounds, offsets
+// and times, as EpochRows.chunk makes them), its tensors checked; errors
+// name `where`.
+int64_t check_chunk(const std::vector<at::Tensor>& rows, const std::vector<at::Tensor>& bounds,
+                    const std::vector<at::Tensor>& offsets, const std::vector<at::Tensor>& times,
+                    size_t count, const char* where);
+
 }  // namespace robocache::io

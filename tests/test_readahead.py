@@ -276,7 +276,7 @@ def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch, v
         same_batches([{k: v.clone() for k, v in b.items()} for b in sampler], want)
     # Each iteration hands its first chunk over; the feed's thread finds the
     # rows of the later ones (with checks, once every episode has passed).
-    assert sampler.graphs and len(want) > 8 and loads[-1] == 0 and (verify or loads == [0, 0])
+    assert sampler.graphs and len(want) > 8 and loads[-1] == 0 and (verify or set(loads) == {0})
     first = iter(sampler)
     got = [{k: v.clone() for k, v in next(first).items()} for _ in range(3)]
     feed = sampler._batches._cursor_reader.mapped.reads.feed

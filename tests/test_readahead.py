@@ -306,6 +306,8 @@ def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch, v
     )
     with pytest.raises(ValueError, match="depth must be >= 1"):
         feed.native.start(0, staging, 0, epoch)
+    with pytest.raises(ValueError, match=r"a ring of 3 slots is too small to read 2 batches ahead"):
+        feed.native.start(0, staging, 2, epoch)
     with pytest.raises(ValueError, match="batch 0 is not fed: the feed is not started"):
         feed.native.staged(0)
     with pytest.raises(ValueError, match="the feed is not started"):

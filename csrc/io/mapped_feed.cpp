@@ -199,6 +199,11 @@ std::tuple<int64_t, std::vector<int64_t>, std::vector<int64_t>> MappedFeed::wait
   if (landed.error) {
     std::rethrow_exception(landed.error);
   }
+  if (landed.copied) {
+    // Its slot is freed by the caller's stream (RowRing::used): after the
+    // copy the thread queued from it.
+    ring_->await_copy(ring_->slot_of(b));
+  }
   return {landed.first_short, std::move(landed.sizes), std::move(landed.counts)};
 }
 
@@ -212,16 +217,21 @@ void MappedFeed::start(int64_t first, c10::intrusive_ptr<RowStaging> staging, in
   ROBOCACHE_CHECK_VALUE(staging->device() == ring_->device(), "MappedFeed.start: staging copies ",
                         "to GPU ", staging->device(), ", the ring's slots are for GPU ",
                         ring_->device());
+  // The thread holds depth + 2 batches' slots at most: the one copied and
+  // not yet taken, the one waited for, and those handed over.
+  ROBOCACHE_CHECK_VALUE(ring_->slots() >= depth + 2, "MappedFeed.start: a ring of ", ring_->slots(),
+                        " slots is too small to read ", depth, " batches ahead (it needs ",
+                        depth + 2, ")");
   std::lock_guard<std::mutex> lock(mutex_);
   staging_ = std::move(staging);
   epoch_ = std::move(epoch);
   depth_ = depth;
   count_ = count;
   cut_upto_ = first;
-  feeding_ = true;
   stopping_ = false;
   failure_ = nullptr;
   thread_ = std::thread([this, first] { feed(first); });
+  feeding_ = true;  // the thread reads it under the lock, once it is released
 }
 
 bool MappedFeed::chunk_ready(int64_t b) {

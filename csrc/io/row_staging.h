@@ -1,9 +1,9 @@
 // Rows read into a ring of pinned host buffers (RowRing), copied to the
 // device buffers that the sampler's CUDA graphs cut them from (RowStaging;
-// CUDA builds only): one call a batch copies every buffer on a CUDA stream
-// of its own, once the last cut has read the buffers, and the device's
-// current stream waits for the copy on the GPU. Only taking a ring slot
-// that the GPU still copies from waits on the host.
+// CUDA builds only): a batch's buffers are copied on a CUDA stream of
+// their own once the last cut has read the targets, and a stream that cuts
+// them waits for the copy on the GPU. Only taking a ring slot that the GPU
+// still copies from waits on the host.
 #pragma once
 
 #if defined(ROBOCACHE_WITH_CUDA)

@@ -7,7 +7,8 @@ them from (``StaticRows``), each as large as a batch's rows can be
 import torch
 
 # Pinned buffers of a ring past the read_ahead + 1 batches read or waited
-# for: those whose copies to the GPU may still be queued.
+# for: those whose copies to the GPU may still be queued (one of them, with
+# the native feed's thread, a batch copied and not yet taken).
 RING_SPARE = 2
 
 

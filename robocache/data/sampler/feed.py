@@ -2,11 +2,11 @@
 thread (``torch.classes.robocache.MappedFeed``, csrc/io): the rows of a
 chunk of batches handed over once; then, for each batch in turn, the
 feed's thread waits for its rows, hands a later batch's read to the row
-reader (finding the rows of later chunks itself) and copies the rows into the graphs' buffers once the last batch's
-cut is queued. The caller's thread only makes its CUDA stream wait for
-each copy. Only once every episode of the keys' files has passed its
-checks: until then each batch's reads and checks are handed over from
-Python (``MappedReads``)."""
+reader (finding the rows of later chunks itself) and copies the rows
+into the graphs' buffers once the last batch's cut is queued. The
+caller's thread only makes its CUDA stream wait for each copy. Only once
+every episode of the keys' files has passed its checks: until then each
+batch's reads and checks are handed over from Python (``MappedReads``)."""
 
 import torch
 

@@ -120,15 +120,14 @@ class MappedAhead(HandedAhead):
     """An epoch's mapped rows, read ``depth`` batches ahead: ``get(i)``
     hands batch i + depth to the reader and waits for batch i's streams;
     ``close()`` ends the reader's threads. The rows wait in memory of their
-    own, ``depth`` + 1 batches at most: in ``ring`` (a PinnedRing of at
-    least ``depth`` + 1 slots; ``used(i)`` once batch i's copies are
+    own, ``depth`` + 2 batches at most: in ``ring`` (a PinnedRing of at
+    least ``depth`` + 2 slots; ``used(i)`` once batch i's copies are
     queued), or in a buffer a batch. With a ring, once every episode has
     passed its checks, the native feed (feed.py) hands the batches over;
     from the first of them that ``stage`` stages, the feed's thread waits
     for them and copies them."""
 
     def __init__(self, finders, anchor, edge_tolerance, parts, depth, reader, pin, ring=None):
-        self.anchor, self.edge, self.parts = anchor, edge_tolerance, parts
         self.reads = MappedReads(finders, reader, pin, ring)
         self.pending = self.reads.pending
         self.chunk = None  # (first batch, [(rows, bounds, offsets, times) per finder])
@@ -197,8 +196,8 @@ class MappedAhead(HandedAhead):
         feed = self.reads.feed
         if not feed.feeding and self.pending.get(i) is FED:
             # Batches i.. are handed over natively (each later one too).
-            self.pending.clear()
             feed.start(i, static.staging, self.depth, self.epoch)
+            self.pending.clear()
         if feed.feeding:
             first_short = feed.native.staged(i)
             if first_short >= 0:

@@ -14,13 +14,14 @@
 namespace robocache::io {
 
 MappedFeed::MappedFeed(c10::intrusive_ptr<RowRing> ring, c10::intrusive_ptr<RowReader> reader,
-                       std::vector<int64_t> fds, std::vector<int64_t> row_counts,
-                       std::vector<std::vector<int64_t>> begins,
+                       c10::intrusive_ptr<EpochRows> epoch, std::vector<int64_t> fds,
+                       std::vector<int64_t> row_counts, std::vector<std::vector<int64_t>> begins,
                        std::vector<std::vector<int64_t>> row_bytes,
                        std::vector<std::vector<int64_t>> starts, std::vector<int64_t> rooms,
                        std::vector<int64_t> ends, std::vector<int64_t> last_bytes)
     : ring_(std::move(ring)),
       reader_(std::move(reader)),
+      epoch_(std::move(epoch)),
       fds_(std::move(fds)),
       row_counts_(std::move(row_counts)),
       begins_(std::move(begins)),
@@ -39,6 +40,10 @@ MappedFeed::MappedFeed(c10::intrusive_ptr<RowRing> ring, c10::intrusive_ptr<RowR
     ROBOCACHE_CHECK_VALUE(rooms_[f] >= 0 && ends_[f] >= 0 && last_bytes_[f] >= 0,
                           "MappedFeed: finder ", f, ": rooms, ends and last_bytes must be >= 0");
   }
+  ROBOCACHE_CHECK_VALUE(epoch_->finders() == static_cast<int64_t>(count),
+                        "MappedFeed: epoch finds the rows of ", epoch_->finders(),
+                        " finders, the ring's slots hold ", count);
+  count_ = epoch_->batches();
 }
 
 MappedFeed::~MappedFeed() {
@@ -48,18 +53,20 @@ MappedFeed::~MappedFeed() {
   }
 }
 
-void MappedFeed::chunk(int64_t first, std::vector<at::Tensor> rows, std::vector<at::Tensor> bounds,
-                       std::vector<at::Tensor> offsets, std::vector<at::Tensor> times) {
-  const int64_t batches =
-      check_chunk(rows, bounds, offsets, times, fds_.size(), "MappedFeed.chunk");
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto it = chunks_.begin(); it != chunks_.end();) {
-      it = it->first + it->second.batches <= handed_upto_ ? chunks_.erase(it) : std::next(it);
-    }
-    chunks_[first] = Chunk{
-        std::move(rows), std::move(bounds), std::move(offsets), std::move(times), first, batches};
+bool MappedFeed::has_chunk(int64_t b) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return chunk_of(b) != nullptr;
+}
+
+void MappedFeed::find_chunk(int64_t b) {
+  auto [first, rows, bounds, offsets, times] = epoch_->chunk(b);
+  const int64_t batches = bounds[0].numel() - 1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = chunks_.begin(); it != chunks_.end();) {
+    it = it->first + it->second.batches <= handed_upto_ ? chunks_.erase(it) : std::next(it);
   }
+  chunks_[first] = Chunk{
+      std::move(rows), std::move(bounds), std::move(offsets), std::move(times), first, batches};
 }
 
 const MappedFeed::Chunk* MappedFeed::chunk_of(int64_t b) const {
@@ -95,19 +102,12 @@ void MappedFeed::hand(int64_t b) {
     std::vector<at::Tensor> head;
   };
   std::vector<Read> reads;
+  if (!has_chunk(b)) {
+    find_chunk(b);
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const Chunk* chunk = chunk_of(b);
-    if (chunk == nullptr) {
-      std::string held;
-      for (const auto& [first, c] : chunks_) {
-        held += (held.empty() ? "" : ", ") + std::to_string(first) + ".." +
-                std::to_string(first + c.batches - 1);
-      }
-      ROBOCACHE_CHECK_VALUE(false, "MappedFeed.hand: batch ", b,
-                            " is not in the chunks handed over (batches ",
-                            held.empty() ? "none" : held, ")");
-    }
     int64_t holder = -1;
     ROBOCACHE_CHECK_VALUE(!slot_held(b, holder), "MappedFeed.hand: batch ", b,
                           holder == b ? " is handed over already"
@@ -207,13 +207,11 @@ std::tuple<int64_t, std::vector<int64_t>, std::vector<int64_t>> MappedFeed::wait
   return {landed.first_short, std::move(landed.sizes), std::move(landed.counts)};
 }
 
-void MappedFeed::start(int64_t first, c10::intrusive_ptr<RowStaging> staging, int64_t depth,
-                       c10::intrusive_ptr<EpochRows> epoch) {
+void MappedFeed::start(int64_t first, c10::intrusive_ptr<RowStaging> staging, int64_t depth) {
   ROBOCACHE_CHECK_VALUE(!thread_.joinable(), "MappedFeed.start: the feed is started already");
-  const int64_t count = epoch->batches();
-  ROBOCACHE_CHECK_VALUE(depth >= 1 && first >= 0 && first < count,
+  ROBOCACHE_CHECK_VALUE(depth >= 1 && first >= 0 && first < count_,
                         "MappedFeed.start: depth must be >= 1 and first a batch of the epoch's ",
-                        count, "; got depth ", depth, ", first ", first);
+                        count_, "; got depth ", depth, ", first ", first);
   ROBOCACHE_CHECK_VALUE(staging->device() == ring_->device(), "MappedFeed.start: staging copies ",
                         "to GPU ", staging->device(), ", the ring's slots are for GPU ",
                         ring_->device());
@@ -224,9 +222,7 @@ void MappedFeed::start(int64_t first, c10::intrusive_ptr<RowStaging> staging, in
                         depth + 2, ")");
   std::lock_guard<std::mutex> lock(mutex_);
   staging_ = std::move(staging);
-  epoch_ = std::move(epoch);
   depth_ = depth;
-  count_ = count;
   cut_upto_ = first;
   stopping_ = false;
   failure_ = nullptr;
@@ -234,19 +230,9 @@ void MappedFeed::start(int64_t first, c10::intrusive_ptr<RowStaging> staging, in
   feeding_ = true;  // the thread reads it under the lock, once it is released
 }
 
-bool MappedFeed::chunk_ready(int64_t b) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_ || handed_.count(b) > 0 || landed_.count(b) > 0) {
-      return false;
-    }
-    if (chunk_of(b) != nullptr) {
-      return true;
-    }
-  }
-  auto [first, rows, bounds, offsets, times] = epoch_->chunk(b);
-  chunk(first, std::move(rows), std::move(bounds), std::move(offsets), std::move(times));
-  return true;
+bool MappedFeed::to_hand(int64_t b) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !stopping_ && handed_.count(b) == 0 && landed_.count(b) == 0;
 }
 
 void MappedFeed::feed(int64_t first) {
@@ -262,7 +248,7 @@ void MappedFeed::feed(int64_t first) {
       const int64_t ahead = b + depth_;
       if (whole && ahead < count_) {
         try {
-          if (chunk_ready(ahead)) {
+          if (to_hand(ahead)) {
             hand(ahead);
           }
         } catch (...) {
@@ -295,6 +281,11 @@ void MappedFeed::feed(int64_t first) {
       changed_.notify_all();
       if (!copied || hand_error) {
         break;
+      }
+      // The next chunk's rows, found while the caller's step runs, not
+      // between a batch's reads and its copy.
+      if (ahead + 1 < count_ && !has_chunk(ahead + 1)) {
+        find_chunk(ahead + 1);
       }
     }
   } catch (...) {
@@ -370,12 +361,11 @@ std::vector<int64_t> MappedFeed::stop() {
 
 void register_mapped_feed(torch::Library& m) {
   m.class_<MappedFeed>("MappedFeed")
-      .def(
-          torch::init<c10::intrusive_ptr<RowRing>, c10::intrusive_ptr<RowReader>,
-                      std::vector<int64_t>, std::vector<int64_t>, std::vector<std::vector<int64_t>>,
-                      std::vector<std::vector<int64_t>>, std::vector<std::vector<int64_t>>,
-                      std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>())
-      .def("chunk", &MappedFeed::chunk)
+      .def(torch::init<c10::intrusive_ptr<RowRing>, c10::intrusive_ptr<RowReader>,
+                       c10::intrusive_ptr<EpochRows>, std::vector<int64_t>, std::vector<int64_t>,
+                       std::vector<std::vector<int64_t>>, std::vector<std::vector<int64_t>>,
+                       std::vector<std::vector<int64_t>>, std::vector<int64_t>,
+                       std::vector<int64_t>, std::vector<int64_t>>())
       .def("hand", &MappedFeed::hand)
       .def("wait", &MappedFeed::wait)
       .def("start", &MappedFeed::start)

@@ -1,13 +1,12 @@
 // An iteration's mapped rows fed to the sampler's CUDA graphs by a thread of
 // the feed's own: torch.classes.robocache.MappedFeed (CUDA builds only).
 // The rows each batch reads are found a chunk of batches at a time on the
-// host (EpochRows) and handed over once a chunk. Then, once started, the
-// feed's thread waits for each batch's reads in turn, hands the read of a
-// later batch to the row reader (into a ring slot, RowRing, that the GPU is
-// done copying from; finding the rows of a chunk itself), and copies the
-// batch's rows into the graphs' buffers (RowStaging) once the cut of the
-// batch before it is queued. The caller's thread only
-// makes its CUDA stream wait for each batch's copy.
+// host (EpochRows), where a batch is handed over. Once started, the feed's
+// thread waits for each batch's reads in turn, copies the batch's rows into
+// the graphs' buffers (RowStaging) once the cut of the batch before it is
+// queued, and hands the read of a later batch to the row reader (into a
+// ring slot, RowRing, that the GPU is done copying from). The caller's
+// thread only makes its CUDA stream wait for each batch's copy.
 #pragma once
 
 #if defined(ROBOCACHE_WITH_CUDA)
@@ -38,25 +37,21 @@ class MappedFeed : public torch::CustomClassHolder {
   // at starts[f][k] (laid out for rooms[f] rows, the batch's index first);
   // ends[f] is where its last key's rows begin and last_bytes[f] a row of
   // it, so a batch of n rows fills ends[f] + n * last_bytes[f] bytes.
+  // `epoch` finds the rows of the iteration's batches (one window a finder).
   MappedFeed(c10::intrusive_ptr<RowRing> ring, c10::intrusive_ptr<RowReader> reader,
-             std::vector<int64_t> fds, std::vector<int64_t> row_counts,
-             std::vector<std::vector<int64_t>> begins, std::vector<std::vector<int64_t>> row_bytes,
-             std::vector<std::vector<int64_t>> starts, std::vector<int64_t> rooms,
-             std::vector<int64_t> ends, std::vector<int64_t> last_bytes);
+             c10::intrusive_ptr<EpochRows> epoch, std::vector<int64_t> fds,
+             std::vector<int64_t> row_counts, std::vector<std::vector<int64_t>> begins,
+             std::vector<std::vector<int64_t>> row_bytes, std::vector<std::vector<int64_t>> starts,
+             std::vector<int64_t> rooms, std::vector<int64_t> ends,
+             std::vector<int64_t> last_bytes);
   // Stops the feed's thread.
   ~MappedFeed() override;
   MappedFeed(const MappedFeed&) = delete;
   MappedFeed& operator=(const MappedFeed&) = delete;
 
-  // The rows of batches first.. (each finder's rows_of and indexes): batch
-  // first + k reads rows[f][bounds[f][k]:bounds[f][k + 1]], its index
-  // offsets[f][k] and the rows' times times[f][bounds[f][k]:bounds[f][k + 1]].
-  // Chunks whose batches are all handed over are let go.
-  void chunk(int64_t first, std::vector<at::Tensor> rows, std::vector<at::Tensor> bounds,
-             std::vector<at::Tensor> offsets, std::vector<at::Tensor> times);
-
-  // Hands the read of batch b (of a chunk) over, into its ring slot, once
-  // the GPU is done copying from that slot.
+  // Hands the read of batch b over (its chunk's rows found where they are
+  // not yet), into its ring slot, once the GPU is done copying from that
+  // slot.
   void hand(int64_t b);
 
   // Waits for batch b's reads (every one, then the first error raised):
@@ -65,14 +60,12 @@ class MappedFeed : public torch::CustomClassHolder {
   // thread is stopped first.
   std::tuple<int64_t, std::vector<int64_t>, std::vector<int64_t>> wait(int64_t b);
 
-  // Starts the feed's thread at batch `first` of the iteration `epoch`
-  // (its batches' rows, in chunks), read `depth` batches ahead (batches
-  // first..first + depth - 1 handed over already). For each batch b in turn
-  // it waits for b's reads, hands batch b + depth over (finding the rows of
-  // its chunk where they are not handed over), and once cut(b - 1) is
-  // called (not for `first`) copies b's rows into `staging`'s buffers.
-  void start(int64_t first, c10::intrusive_ptr<RowStaging> staging, int64_t depth,
-             c10::intrusive_ptr<EpochRows> epoch);
+  // Starts the feed's thread at batch `first`, read `depth` batches ahead
+  // (batches first..first + depth - 1 handed over already). For each batch
+  // b in turn it waits for b's reads, copies its rows into `staging`'s
+  // buffers once cut(b - 1) is called (not for `first`), then hands batch
+  // b + depth over.
+  void start(int64_t first, c10::intrusive_ptr<RowStaging> staging, int64_t depth);
 
   // Once the feed's thread has copied batch i's rows: the device's current
   // stream waits for the copy. Returns -1, or the first finder whose file
@@ -106,6 +99,11 @@ class MappedFeed : public torch::CustomClassHolder {
 
   // The chunk batch b is in, or nullptr (mutex_ held).
   const Chunk* chunk_of(int64_t b) const;
+  // Whether the rows of batch b's chunk are found (mutex_ not held).
+  bool has_chunk(int64_t b);
+  // Finds the rows of the chunk batch b is in (mutex_ not held) and keeps
+  // them; chunks whose batches are all handed over are let go.
+  void find_chunk(int64_t b);
   // Whether batch b's slot is read into or read from by a batch not yet
   // waited for (mutex_ held); `holder` is set to that batch.
   bool slot_held(int64_t b, int64_t& holder) const;
@@ -113,12 +111,13 @@ class MappedFeed : public torch::CustomClassHolder {
   Landed collect(int64_t b);
   // The feed's thread, from batch `first`.
   void feed(int64_t first);
-  // Whether batch b is to be handed over (not yet, and the feed goes on),
-  // its chunk found where it is not there.
-  bool chunk_ready(int64_t b);
+  // Whether the thread is to hand batch b over: not yet handed, and the
+  // feed goes on.
+  bool to_hand(int64_t b);
 
   c10::intrusive_ptr<RowRing> ring_;
   c10::intrusive_ptr<RowReader> reader_;
+  c10::intrusive_ptr<EpochRows> epoch_;
   std::vector<int64_t> fds_, row_counts_;
   std::vector<std::vector<int64_t>> begins_, row_bytes_, starts_;
   std::vector<int64_t> rooms_, ends_, last_bytes_;
@@ -133,7 +132,6 @@ class MappedFeed : public torch::CustomClassHolder {
   // The thread's state.
   std::thread thread_;
   c10::intrusive_ptr<RowStaging> staging_;
-  c10::intrusive_ptr<EpochRows> epoch_;
   int64_t depth_ = 0, count_ = 0, cut_upto_ = 0;  // cut_upto_: 1 + the last batch cut
   bool feeding_ = false, stopping_ = false;
   std::exception_ptr failure_;  // what ended the thread early

@@ -182,44 +182,6 @@ EpochRows::chunk(int64_t b) const {
   return {first, std::move(rows), std::move(bounds), std::move(offsets), std::move(times)};
 }
 
-int64_t check_chunk(const std::vector<at::Tensor>& rows, const std::vector<at::Tensor>& bounds,
-                    const std::vector<at::Tensor>& offsets, const std::vector<at::Tensor>& times,
-                    size_t count, const char* where) {
-  ROBOCACHE_CHECK_VALUE(rows.size() == count && bounds.size() == count && offsets.size() == count &&
-                            times.size() == count,
-                        where, ": rows, bounds, offsets and times must have one entry ",
-                        "a finder (", count, ")");
-  int64_t batches = -1;
-  for (size_t f = 0; f < count; ++f) {
-    const at::Tensor& bound = bounds[f];
-    ROBOCACHE_CHECK_VALUE(bound.is_cpu() && bound.scalar_type() == at::kLong && bound.dim() == 1 &&
-                              bound.is_contiguous() && bound.numel() >= 1,
-                          where, ": bounds[", f,
-                          "] must be a non-empty contiguous 1-D int64 CPU tensor");
-    batches = f == 0 ? bound.numel() - 1 : batches;
-    ROBOCACHE_CHECK_VALUE(bound.numel() - 1 == batches, where, ": bounds[", f, "] holds ",
-                          bound.numel() - 1, " batches, bounds[0] ", batches);
-    const int64_t* b = bound.data_ptr<int64_t>();
-    const int64_t total = rows[f].numel();
-    bool rising = b[0] == 0 && b[batches] == total;
-    for (int64_t k = 0; rising && k < batches; ++k) {
-      rising = b[k] <= b[k + 1];
-    }
-    ROBOCACHE_CHECK_VALUE(rising, where, ": bounds[", f, "] must rise from 0 to its rows' length (",
-                          total, ")");
-    ROBOCACHE_CHECK_VALUE(times[f].is_cpu() && times[f].dim() == 1 && times[f].numel() == total &&
-                              times[f].element_size() == 8 && times[f].is_contiguous(),
-                          where, ": times[", f,
-                          "] must be a contiguous 1-D CPU tensor of 8-byte times, one a row (",
-                          total, ")");
-    ROBOCACHE_CHECK_VALUE(
-        offsets[f].is_cpu() && offsets[f].scalar_type() == at::kLong && offsets[f].dim() == 2 &&
-            offsets[f].size(0) == batches && offsets[f].is_contiguous(),
-        where, ": offsets[", f, "] must be a contiguous (batches, edges) int64 CPU tensor");
-  }
-  return batches;
-}
-
 void register_window_rows(torch::Library& m) {
   m.class_<WindowRows>("WindowRows")
       .def(torch::init<at::Tensor, at::Tensor, at::Tensor, std::string, int64_t>())

@@ -68,18 +68,13 @@ class EpochRows : public torch::CustomClassHolder {
   chunk(int64_t b) const;
 
   int64_t batches() const;
+  // The finders whose rows it finds (its windows).
+  int64_t finders() const { return static_cast<int64_t>(windows_.size()); }
 
  private:
   std::vector<c10::intrusive_ptr<WindowRows>> windows_;
   at::Tensor anchors_, anchor_offsets_, anchor_times_;
   int64_t edge_tolerance_, batch_size_, chunk_batches_;
 };
-
-// The batches of a chunk of `count` finders' rows (rows, bounds, offsets
-// and times, as EpochRows.chunk makes them), its tensors checked; errors
-// name `where`.
-int64_t check_chunk(const std::vector<at::Tensor>& rows, const std::vector<at::Tensor>& bounds,
-                    const std::vector<at::Tensor>& offsets, const std::vector<at::Tensor>& times,
-                    size_t count, const char* where);
 
 }  // namespace robocache::io

@@ -1,12 +1,12 @@
 """An iteration's mapped rows fed to the sampler's CUDA graphs by a native
-thread (``torch.classes.robocache.MappedFeed``, csrc/io): the rows of a
-chunk of batches handed over once; then, for each batch in turn, the
-feed's thread waits for its rows, hands a later batch's read to the row
-reader (finding the rows of later chunks itself) and copies the rows
-into the graphs' buffers once the last batch's cut is queued. The
-caller's thread only makes its CUDA stream wait for each copy. Only once
-every episode of the keys' files has passed its checks: until then each
-batch's reads and checks are handed over from Python (``MappedReads``)."""
+thread (``torch.classes.robocache.MappedFeed``, csrc/io), which finds the
+rows each batch reads itself (``EpochRows``, a chunk of batches at a
+time). For each batch in turn, the feed's thread waits for its rows,
+copies them into the graphs' buffers once the last batch's cut is queued,
+and hands a later batch's read to the row reader. The caller's thread
+only makes its CUDA stream wait for each copy. Only once every episode of
+the keys' files has passed its checks: until then each batch's reads and
+checks are handed over from Python (``MappedReads``)."""
 
 import torch
 
@@ -16,14 +16,15 @@ FED = object()
 
 class MappedFeed:
     """The native feed of ``finders``' rows read by ``reader`` into ``ring``
-    (a PinnedRing)."""
+    (a PinnedRing), each batch's rows found by ``epoch`` (an EpochRows)."""
 
-    def __init__(self, finders, reader, ring):
+    def __init__(self, finders, reader, ring, epoch):
         self.finders, self.ring = finders, ring
         reads = [f.buffer_reads(room) for f, room in zip(finders, ring.rooms)]
         self.native = torch.classes.robocache.MappedFeed(
             ring.native,
             reader,
+            epoch,
             [f.file.fd for f in finders],
             [f.keys[0].rows.rows for f in finders],
             [r.begins for r in reads],
@@ -33,7 +34,6 @@ class MappedFeed:
             [r.at[-1] for r in reads],
             [r.last_row_bytes for r in reads],
         )
-        self.first = None  # the first batch of the last chunk handed over
         self.checked = False
         self.feeding = False  # the feed's thread runs
 
@@ -48,23 +48,9 @@ class MappedFeed:
             )
         return self.checked
 
-    def load(self, first, found):
-        """The chunk of batches ``first``.. (``MappedAhead._chunk``'s found),
-        handed over where it is not yet (chunks are handed over in order)."""
-        if self.first != first:
-            self.native.chunk(
-                first,
-                [rows for rows, *_ in found],
-                [bounds for _, bounds, *_ in found],
-                [offsets for *_, offsets, _ in found],
-                [times for *_, times in found],
-            )
-            self.first = first
-
-    def start(self, i, staging, depth, epoch):
-        """The feed's thread started at batch i of ``epoch`` (an EpochRows;
-        see MappedFeed.start)."""
-        self.native.start(i, staging, depth, epoch)
+    def start(self, i, staging, depth):
+        """The feed's thread started at batch i (see MappedFeed.start)."""
+        self.native.start(i, staging, depth)
         self.feeding = True
 
     def stop(self):

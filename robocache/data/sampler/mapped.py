@@ -20,10 +20,11 @@ from ..store.checks import new_token
 from .feed import FED, MappedFeed
 from .handed import HandedAhead, wait_all
 
-# Batches whose rows are found at once: the host's cut over row numbers runs
-# once a chunk, not once a batch; fewer where their indexes would hold more
-# than CHUNK_OFFSETS episode offsets.
-CHUNK_BATCHES = 64
+# Batches whose rows are found at once (the host's cut over row numbers): its
+# cost grows with the batches, and an iteration's first chunk is found
+# before its first batch; fewer where their indexes would hold more than
+# CHUNK_OFFSETS episode offsets.
+CHUNK_BATCHES = 8
 CHUNK_OFFSETS = 1 << 20
 
 
@@ -141,7 +142,7 @@ class MappedAhead(HandedAhead):
         )  # fmt: skip
         if ring is not None:
             try:
-                self.reads.feed = MappedFeed(finders, reader, ring)
+                self.reads.feed = MappedFeed(finders, reader, ring, self.epoch)
             except BaseException:
                 reader.close()
                 raise
@@ -166,18 +167,10 @@ class MappedAhead(HandedAhead):
             picked.append((rows[lo:hi], (offsets[k], times[lo:hi])))
         return picked
 
-    def _fed(self, b):
-        """Whether batch b is handed over by the native feed (where it can
-        be): then its chunk is handed to the feed."""
-        feed = self.reads.feed
-        if feed is None or not feed.ready():
-            return False
-        feed.load(*self._chunk(b))
-        return True
-
     def _submit(self, b):
-        if self._fed(b):
-            self.reads.feed.native.hand(b)
+        feed = self.reads.feed
+        if feed is not None and feed.ready():  # handed over by the native feed
+            feed.native.hand(b)
             self.pending[b] = FED
         else:
             self.reads.submit(b, self._found(b))
@@ -196,7 +189,7 @@ class MappedAhead(HandedAhead):
         feed = self.reads.feed
         if not feed.feeding and self.pending.get(i) is FED:
             # Batches i.. are handed over natively (each later one too).
-            feed.start(i, static.staging, self.depth, self.epoch)
+            feed.start(i, static.staging, self.depth)
             self.pending.clear()
         if feed.feeding:
             first_short = feed.native.staged(i)

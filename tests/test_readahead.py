@@ -248,6 +248,40 @@ def test_rows_staged_for_the_graphs_are_not_zeroed_after_they_land(tmp_path):
 
 
 @requires_cuda
+def test_a_graph_waits_for_the_staged_copy_and_marks_its_cut_at_each_launch():
+    size = 1 << 22
+    target = torch.zeros(size, dtype=torch.uint8, device="cuda")
+    staging = torch.classes.robocache.RowStaging([target])
+    slots = [[torch.full((size,), k, dtype=torch.uint8).pin_memory()] for k in (1, 2)]
+    ring = torch.classes.robocache.RowRing(slots, torch.cuda.current_device())
+    out = torch.empty_like(target)
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        graph.capture_begin()
+        staging.await_copy()
+        torch.cuda._sleep(50_000_000)  # the cut reads the target slowly
+        out.copy_(target)
+        staging.cut()
+        graph.capture_end()
+    torch.cuda.current_stream().wait_stream(side)
+    # The first copy follows a cut marked behind another stream's work; the
+    # graph's launch must wait for it, and the second copy for that
+    # launch's cut.
+    other = torch.cuda.Stream()
+    with torch.cuda.stream(other):
+        torch.cuda._sleep(100_000_000)
+        staging.cut()
+    ring.copy(0, staging, [size])
+    graph.replay()
+    ring.copy(1, staging, [size])
+    first = out.clone()
+    graph.replay()
+    assert torch.equal(first.cpu(), torch.ones(size, dtype=torch.uint8))
+    assert torch.equal(out.cpu(), torch.full((size,), 2, dtype=torch.uint8))
+
+
+@requires_cuda
 @pytest.mark.parametrize("verify", [False, True])
 def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch, verify):
     """Once every episode is checked (with ``verify=False`` there are no

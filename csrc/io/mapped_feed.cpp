@@ -324,7 +324,6 @@ int64_t MappedFeed::staged(int64_t i) {
   }
   ROBOCACHE_CHECK_VALUE(landed.copied, "MappedFeed.staged: batch ", i,
                         " was not copied: the feed stopped before it");
-  ring_->await_copy(ring_->slot_of(i));
   return -1;
 }
 
@@ -332,7 +331,6 @@ void MappedFeed::cut(int64_t i) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ROBOCACHE_CHECK_VALUE(staging_, "MappedFeed.cut: the feed is not started");
-    staging_->cut();
     cut_upto_ = std::max(cut_upto_, i + 1);
   }
   changed_.notify_all();

@@ -5,8 +5,9 @@
 // thread waits for each batch's reads in turn, copies the batch's rows into
 // the graphs' buffers (RowStaging) once the cut of the batch before it is
 // queued, and hands the read of a later batch to the row reader (into a
-// ring slot, RowRing, that the GPU is done copying from). The caller's
-// thread only makes its CUDA stream wait for each batch's copy.
+// ring slot, RowRing, that the GPU is done copying from). The graphs wait
+// for each copy and mark each cut on the GPU: the caller's thread makes no
+// CUDA call for them.
 #pragma once
 
 #if defined(ROBOCACHE_WITH_CUDA)
@@ -67,14 +68,15 @@ class MappedFeed : public torch::CustomClassHolder {
   // b + depth over.
   void start(int64_t first, c10::intrusive_ptr<RowStaging> staging, int64_t depth);
 
-  // Once the feed's thread has copied batch i's rows: the device's current
-  // stream waits for the copy. Returns -1, or the first finder whose file
-  // ended inside its rows (nothing copied); raises an error of the reads
-  // or of the thread.
+  // Returns once the feed's thread has queued the copy of batch i's rows:
+  // -1, or the first finder whose file ended inside its rows (nothing
+  // copied); raises an error of the reads or of the thread. The graph that
+  // cuts batch i waits for the copy on the GPU (RowStaging::await_copy,
+  // captured in it).
   int64_t staged(int64_t i);
 
-  // The device's current stream has queued the cut of batch i (what reads
-  // the staged rows): batch i + 1's copy may follow it.
+  // The graph that cuts batch i is launched (it marks its cut,
+  // RowStaging::cut captured in it): batch i + 1's copy may follow it.
   void cut(int64_t i);
 
   // Stops the feed's thread (once it is at a batch's end); returns the

@@ -29,6 +29,13 @@ void destroy_event(c10::DeviceIndex device, cudaEvent_t event) noexcept {
   }
 }
 
+// Whether `stream` is being captured into a CUDA graph.
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace
 
 RowStaging::RowStaging(std::vector<at::Tensor> targets) : targets_(std::move(targets)) {
@@ -50,14 +57,17 @@ RowStaging::RowStaging(std::vector<at::Tensor> targets) : targets_(std::move(tar
     c10::cuda::CUDACachingAllocator::recordStream(target.storage().data_ptr(), *copy_stream_);
   }
   C10_CUDA_CHECK(cudaEventCreateWithFlags(&read_, cudaEventDisableTiming));
+  C10_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   // What the current stream has queued so far (the targets' fill): the
   // first copy must not overtake it.
   cut();
 }
 
 RowStaging::~RowStaging() {
-  if (read_ != nullptr) {
-    destroy_event(device_, read_);
+  for (cudaEvent_t event : {read_, copied_}) {
+    if (event != nullptr) {
+      destroy_event(device_, event);
+    }
   }
 }
 
@@ -89,11 +99,21 @@ void RowStaging::copy(const std::vector<at::Tensor>& sources, const std::vector<
                                    static_cast<size_t>(sizes[k]), cudaMemcpyHostToDevice, side));
   }
   C10_CUDA_CHECK(cudaEventRecord(copied, side));
+  C10_CUDA_CHECK(cudaEventRecord(copied_, side));
+}
+
+void RowStaging::await_copy() {
+  c10::cuda::CUDAGuard guard(device_);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_).stream();
+  C10_CUDA_CHECK(
+      cudaStreamWaitEvent(stream, copied_, capturing(stream) ? cudaEventWaitExternal : 0));
 }
 
 void RowStaging::cut() {
   c10::cuda::CUDAGuard guard(device_);
-  C10_CUDA_CHECK(cudaEventRecord(read_, c10::cuda::getCurrentCUDAStream(device_).stream()));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_).stream();
+  C10_CUDA_CHECK(
+      cudaEventRecordWithFlags(read_, stream, capturing(stream) ? cudaEventRecordExternal : 0));
 }
 
 RowRing::RowRing(std::vector<std::vector<at::Tensor>> slots, int64_t device)
@@ -187,12 +207,14 @@ void RowRing::await_copy(int64_t slot) {
 void register_row_staging(torch::Library& m) {
   m.class_<RowStaging>("RowStaging")
       .def(torch::init<std::vector<at::Tensor>>())
+      .def("await_copy", &RowStaging::await_copy)
       .def("cut", &RowStaging::cut);
   m.class_<RowRing>("RowRing")
       .def(torch::init<std::vector<std::vector<at::Tensor>>, int64_t>())
       .def("take", &RowRing::take)
       .def("ready", &RowRing::ready)
       .def("used", &RowRing::used)
+      .def("copy", &RowRing::copy)
       .def("stage", &RowRing::stage);
 }
 

@@ -1,7 +1,8 @@
 // Rows read into a ring of pinned host buffers (RowRing), copied to the
 // device buffers that the sampler's CUDA graphs cut them from (RowStaging;
 // CUDA builds only): a batch's buffers are copied on a CUDA stream of
-// their own once the last cut has read the targets, and a stream that cuts
+// their own once the last cut has read the targets, and a stream (or a CUDA
+// graph) that cuts
 // them waits for the copy on the GPU. Only taking a ring slot that the GPU
 // still copies from waits on the host.
 #pragma once
@@ -35,8 +36,14 @@ class RowStaging : public torch::CustomClassHolder {
   void copy(const std::vector<at::Tensor>& sources, const std::vector<int64_t>& sizes,
             cudaEvent_t copied);
 
+  // The device's current stream waits for the last copy into the targets.
+  // Called while a CUDA graph is captured, the wait is the graph's: each
+  // launch of it waits for the copy queued last before the launch.
+  void await_copy();
+
   // The device's current stream has queued the cut that reads the targets:
-  // the next copy waits for it.
+  // the next copy waits for it. Called while a CUDA graph is captured, each
+  // launch of the graph marks it.
   void cut();
 
   c10::DeviceIndex device() const { return device_; }
@@ -45,7 +52,8 @@ class RowStaging : public torch::CustomClassHolder {
   std::vector<at::Tensor> targets_;
   c10::DeviceIndex device_ = 0;
   std::optional<c10::cuda::CUDAStream> copy_stream_;
-  cudaEvent_t read_ = nullptr;
+  cudaEvent_t read_ = nullptr;    // the last cut
+  cudaEvent_t copied_ = nullptr;  // the last copy
 };
 
 // A ring of pinned slots that batches' rows are read into, slot s holding

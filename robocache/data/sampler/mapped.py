@@ -185,7 +185,8 @@ class MappedAhead(HandedAhead):
         that the graphs cut them from) on the GPU; the ring's slot is free
         once they are. From the first batch the native feed handed over,
         the feed's thread waits for the reads and queues the copies: this
-        only makes the current stream wait for batch i's copy."""
+        only waits for batch i's copy to be queued (its graph waits for the
+        copy on the GPU)."""
         feed = self.reads.feed
         if not feed.feeding and self.pending.get(i) is FED:
             # Batches i.. are handed over natively (each later one too).
@@ -199,14 +200,12 @@ class MappedAhead(HandedAhead):
         self._hand(i)
         static.stage(self.reads.ring, i, self.reads.wait(i, streams=False)[1])
 
-    def cut(self, i, static):
-        """The current stream has queued batch i's cut, which reads
-        ``static``: the next batch's copy into it follows the cut."""
+    def cut(self, i):
+        """The graph that cuts batch i is launched (it marks its cut of the
+        StaticRows on the GPU): the feed's next copy into them follows it."""
         feed = self.reads.feed
         if feed is not None and feed.feeding:
             feed.native.cut(i)
-        else:
-            static.cut()
 
     def stop_feeding(self):
         """The feed's thread stopped (another iteration took the graphs

@@ -335,7 +335,7 @@ class StoreBatches:
                 if decoded is not None:
                     decoded.release(i)
                 if static is not None:
-                    reader.mapped.cut(i, static)
+                    reader.mapped.cut(i)
                 return batch
         else:
 
@@ -369,8 +369,16 @@ class StoreBatches:
             if self.reader.gpu_frames:
                 tables = self.reader.tables
                 decoded = tables.gather(tables.slot_of(cursor.step), size)
-            streams = self.reader.static_rows().streams if self.reader.mapped else {}
-            return self.batch(cursor.take(size), Rows(streams=streams, decoded=decoded or {}))
+            static = self.reader.static_rows() if self.reader.mapped else None
+            if static is not None:
+                # Captured: each launch waits for the rows' last copy and
+                # marks their cut, on the GPU.
+                static.staging.await_copy()
+            streams = static.streams if static is not None else {}
+            batch = self.batch(cursor.take(size), Rows(streams=streams, decoded=decoded or {}))
+            if static is not None:
+                static.staging.cut()
+            return batch
 
         return self.graphs.ring(("cursor", size), make, (cursor.step,))
 

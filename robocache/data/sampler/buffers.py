@@ -62,11 +62,11 @@ class StaticRows:
     ``stage(ring, b, sizes)`` copies batch b's rows (read ahead into
     ``ring``; the first ``sizes[k]`` bytes of finder k's buffer) into them,
     in one native call, on a CUDA stream of their own, once the last
-    batch's cut has read them (``staging.cut()``, which the graphs capture,
-    marks that), so that the copy runs beside the caller's step on the last
+    batch's cut has read them (``cut()``, which the graphs capture, marks
+    that), so that the copy runs beside the caller's step on the last
     batch; the current stream waits for the copy on the GPU (as the graphs
-    do: ``staging.await_copy()``), and the ring's slot is free once it is
-    done. Nothing waits on the host."""
+    do: ``copied()``), and the ring's slot is free once it is done. Nothing
+    waits on the host."""
 
     def __init__(self, finders, batch_size, device):
         self.device = device
@@ -82,6 +82,19 @@ class StaticRows:
 
     def stage(self, ring, b, sizes):
         ring.native.stage(b % ring.slots, self.staging, sizes)
+
+    def copied(self):
+        """``streams``, once the last copy into them is done: the current
+        stream waits for it. Captured in a CUDA graph, each launch waits for
+        the copy queued last before it."""
+        self.staging.await_copy()
+        return self.streams
+
+    def cut(self):
+        """The current stream has queued the cut that reads the buffers: the
+        next copy waits for it. Captured in a CUDA graph, each launch marks
+        its cut."""
+        self.staging.cut()
 
 
 def capacity(finder, batch_size):

@@ -370,14 +370,10 @@ class StoreBatches:
                 tables = self.reader.tables
                 decoded = tables.gather(tables.slot_of(cursor.step), size)
             static = self.reader.static_rows() if self.reader.mapped else None
-            if static is not None:
-                # Captured: each launch waits for the rows' last copy and
-                # marks their cut, on the GPU.
-                static.staging.await_copy()
-            streams = static.streams if static is not None else {}
+            streams = static.copied() if static is not None else {}
             batch = self.batch(cursor.take(size), Rows(streams=streams, decoded=decoded or {}))
             if static is not None:
-                static.staging.cut()
+                static.cut()
             return batch
 
         return self.graphs.ring(("cursor", size), make, (cursor.step,))

@@ -209,6 +209,45 @@ def test_mapped_rows_land_in_a_bounded_ring_of_pinned_buffers(tmp_path, monkeypa
     del first, second
 
 
+def test_reads_handed_over_are_waited_for_when_a_later_one_cannot_be(tmp_path, monkeypatch):
+    store = make_store()
+    store.save(tmp_path)
+    modes = {"cam": "nearest", "joints": "linear", "force": "nearest"}
+    sampler = WindowSampler(EpisodeStore.load(tmp_path, verify=False), DELTAS, modes=modes,
+                            anchor="anchor", batch_size=4)  # fmt: skip
+    batches, finders = sampler._batches, sampler._batches.reader.finders
+    reader, handed, waited = row_reader(3), [], []
+
+    class Counted:  # the reader, its reads counted
+        def submit(self, *args):
+            handed.append(reader.submit(*args))
+            return handed[-1]
+
+        def wait(self, ticket):
+            waited.append(ticket)
+            return reader.wait(ticket)
+
+    index = torch.tensor([0, 5, 11, 20])
+    found = []
+    for f in finders:
+        rows, bounds = f.rows_of(index, batches.anchor_host, batches.options.edge_tolerance, 4)
+        offsets, times = f.indexes(rows, bounds)
+        found.append((rows, (offsets[0], times)))
+
+    def refused(*args):
+        raise ValueError("refused")
+
+    monkeypatch.setattr(finders[-1], "submit", refused)
+    reads = MappedReads(finders, Counted(), False)
+    try:
+        with pytest.raises(ValueError, match="refused"):
+            reads.submit(0, found)
+        assert len(finders) >= 2 and len(handed) == len(finders) - 1 and waited == handed
+        assert reads.pending == {}
+    finally:
+        reader.close()
+
+
 @requires_cuda
 def test_rows_staged_for_the_graphs_are_not_zeroed_after_they_land(tmp_path):
     store = make_store()

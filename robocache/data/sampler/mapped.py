@@ -65,10 +65,19 @@ class MappedReads:
         buffers = self._buffers(b)
         rooms = self.ring.rooms if buffers[0] is not None else [None] * len(buffers)
         pending = []
-        for f, (rows, index), buffer, room in zip(self.finders, found, buffers, rooms):
-            checks = f.submit_checks(self.reader, rows, token)
-            ticket, buffer, size = f.submit(self.reader, rows, index, self.pin, buffer, room)
-            pending.append((f, checks, ticket, (buffer, room or rows.numel(), rows.numel()), size))
+        try:
+            for f, (rows, index), buffer, room in zip(self.finders, found, buffers, rooms):
+                checks = f.submit_checks(self.reader, rows, token)
+                ticket, buffer, size = f.submit(self.reader, rows, index, self.pin, buffer, room)
+                landed = (buffer, room or rows.numel(), rows.numel())
+                pending.append((f, checks, ticket, landed, size))
+        except BaseException:
+            for _, _, ticket, _, _ in pending:  # no read left writing behind the error
+                try:
+                    self.reader.wait(ticket)
+                except Exception:
+                    pass
+            raise
         self.pending[b] = pending
 
     def wait(self, b, streams=True):

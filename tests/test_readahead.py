@@ -12,6 +12,7 @@ import torch
 from conftest import requires_cuda
 from fixtures.corrupt import truncate
 
+import robocache.data.sampler.graphs as graphs_module
 import robocache.data.sampler.mapped as mapped_module
 from robocache.data import EpisodeStore, LoaderError, WindowSampler
 from robocache.data.sampler.buffers import PinnedRing, StaticRows
@@ -167,6 +168,24 @@ def test_mapped_rows_cut_in_cuda_graphs_are_the_windows_on_the_gpu(tmp_path, pre
         torch.cuda.synchronize()
     assert sampler.graphs and all(n >= 1 for n in sampler.graphs.values())
     assert sampler._batches.reader.static is not None
+
+
+@requires_cuda
+def test_mapped_rows_cut_without_a_graph_while_its_batch_is_held(tmp_path, monkeypatch):
+    store = make_store()
+    store.save(tmp_path)
+    monkeypatch.setattr(graphs_module, "MAX_GRAPHS_PER_RING", 1)
+    modes = {"cam": "nearest", "joints": "linear", "force": "nearest"}
+    kw = dict(device="cuda", shuffle=False, modes=modes, anchor="anchor", batch_size=2, seed=3)
+    want = [{k: v.clone() for k, v in b.items()} for b in WindowSampler(store.to("cuda"), DELTAS,
+                                                                       cuda_graph=False, **kw)]  # fmt: skip
+    mapped = EpisodeStore.load(tmp_path, verify=False)  # fed natively from the first batch
+    sampler = WindowSampler(mapped, DELTAS, graph_buffers=1, **kw)
+    for _ in range(2):
+        torch.cuda._sleep(200_000_000)  # the host runs ahead of the copies
+        held = list(sampler)  # the one graph's batch held: the later ones cut without it
+        same_batches([{k: v.clone() for k, v in b.items()} for b in held], want)
+    assert len(want) > 4 and sampler.graphs and all(n == 1 for n in sampler.graphs.values())
 
 
 @requires_cuda

@@ -108,6 +108,8 @@ void MappedFeed::hand(int64_t b) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const Chunk* chunk = chunk_of(b);
+    ROBOCACHE_CHECK_VALUE(chunk != nullptr, "MappedFeed.hand: the rows of batch ", b,
+                          " were let go before it was handed over");
     int64_t holder = -1;
     ROBOCACHE_CHECK_VALUE(!slot_held(b, holder), "MappedFeed.hand: batch ", b,
                           holder == b ? " is handed over already"
@@ -283,9 +285,13 @@ void MappedFeed::feed(int64_t first) {
         break;
       }
       // The next chunk's rows, found while the caller's step runs, not
-      // between a batch's reads and its copy.
+      // between a batch's reads and its copy. An error is left to hand(),
+      // which finds them again and fails that batch.
       if (ahead + 1 < count_ && !has_chunk(ahead + 1)) {
-        find_chunk(ahead + 1);
+        try {
+          find_chunk(ahead + 1);
+        } catch (...) {
+        }
       }
     }
   } catch (...) {

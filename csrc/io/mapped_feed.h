@@ -2,10 +2,11 @@
 // the feed's own: torch.classes.robocache.MappedFeed (CUDA builds only).
 // The rows each batch reads are found a chunk of batches at a time on the
 // host (EpochRows), where a batch is handed over. Once started, the feed's
-// thread waits for each batch's reads in turn, copies the batch's rows into
-// the graphs' buffers (RowStaging) once the cut of the batch before it is
-// queued, and hands the read of a later batch to the row reader (into a
-// ring slot, RowRing, that the GPU is done copying from). The graphs wait
+// thread waits for each batch's reads in turn, hands the read of a later
+// batch to the row reader (into a ring slot, RowRing, that the GPU is done
+// copying from), and copies the batch's rows into the graphs' buffers
+// (RowStaging) once the cut of the batch before it is queued; then it finds
+// the rows of the next chunk where they are not found yet. The graphs wait
 // for each copy and mark each cut on the GPU: the caller's thread makes no
 // CUDA call for them.
 #pragma once
@@ -63,9 +64,9 @@ class MappedFeed : public torch::CustomClassHolder {
 
   // Starts the feed's thread at batch `first`, read `depth` batches ahead
   // (batches first..first + depth - 1 handed over already). For each batch
-  // b in turn it waits for b's reads, copies its rows into `staging`'s
-  // buffers once cut(b - 1) is called (not for `first`), then hands batch
-  // b + depth over.
+  // b in turn it waits for b's reads, hands batch b + depth over, and once
+  // cut(b - 1) is called (not for `first`) copies b's rows into `staging`'s
+  // buffers.
   void start(int64_t first, c10::intrusive_ptr<RowStaging> staging, int64_t depth);
 
   // Returns once the feed's thread has queued the copy of batch i's rows:

@@ -18,13 +18,6 @@
 
 namespace robocache::io {
 
-// Rows closer than this many bytes are read as one run (the gap read into
-// scratch and dropped): a page, which the kernel reads whole anyway.
-constexpr int64_t kCoalesceBytes = int64_t{4} << 10;
-// No read is longer than this, so that a long run is read by several
-// threads at once.
-constexpr int64_t kPieceBytes = int64_t{1} << 20;
-
 class RowReader : public torch::CustomClassHolder {
  public:
   // threads: the reader's own threads; whoever waits for a read reads too.

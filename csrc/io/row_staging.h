@@ -2,9 +2,8 @@
 // device buffers that the sampler's CUDA graphs cut them from (RowStaging;
 // CUDA builds only): a batch's buffers are copied on a CUDA stream of
 // their own once the last cut has read the targets, and a stream (or a CUDA
-// graph) that cuts
-// them waits for the copy on the GPU. Only taking a ring slot that the GPU
-// still copies from waits on the host.
+// graph) that cuts them waits for the copy on the GPU. Only taking a ring
+// slot that the GPU still copies from waits on the host.
 #pragma once
 
 #if defined(ROBOCACHE_WITH_CUDA)

@@ -3,11 +3,11 @@ thread (``torch.classes.robocache.MappedFeed``, csrc/io), which finds the
 rows each batch reads itself (``EpochRows``, a chunk of batches at a
 time). For each batch in turn, the feed's thread waits for its rows,
 hands a later batch's read to the row reader, and copies the rows into
-the graphs' buffers once the last batch's cut is queued. The graphs wait for
-each copy and mark each cut on the GPU; the caller's thread makes no CUDA
-call for them. Only once every episode of
-the keys' files has passed its checks: until then each batch's reads and
-checks are handed over from Python (``MappedReads``)."""
+the graphs' buffers once the last batch's cut is queued. The graphs wait
+for each copy and mark each cut on the GPU; the caller's thread makes no
+CUDA call for them. Only once every episode of the keys' files has passed
+its checks: until then each batch's reads and checks are handed over from
+Python (``MappedReads``)."""
 
 import torch
 

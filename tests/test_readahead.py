@@ -372,6 +372,9 @@ def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch, v
     got = [{k: v.clone() for k, v in next(first).items()} for _ in range(3)]
     feed = sampler._batches._cursor_reader.mapped.reads.feed
     assert feed.feeding  # every episode is checked by now
+    # The marks the caller's thread shares with the feed: three graphs
+    # launched, and at least those three batches' copies queued.
+    assert feed.cut_upto.value == 3 and feed.staged_upto.value >= 3
     second = iter(sampler)  # takes the graphs over: the first goes on without them
     same_batches([{k: v.clone() for k, v in next(second).items()}], want[:1])
     assert not feed.feeding
@@ -401,12 +404,13 @@ def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch, v
         feed.native.start(0, staging, 2)
     with pytest.raises(ValueError, match="batch 0 is not fed: the feed is not started"):
         feed.native.staged(0)
-    with pytest.raises(ValueError, match="the feed is not started"):
-        feed.native.cut(0)
-    # A feed started with no read handed over stops on its first batch.
+    assert feed.native.marks().tolist() == [0, 0]
+    # A feed started with no read handed over stops on its first batch,
+    # and never marks it staged.
     feed.start(0, staging, 1)
     with pytest.raises(ValueError, match="batch 0 is not handed over"):
         feed.native.staged(0)
+    assert feed.staged_upto.value == 0
     assert feed.stop() == []
 
 

@@ -3,6 +3,7 @@
 
 #include "mapped_feed.h"
 
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -44,12 +45,27 @@ MappedFeed::MappedFeed(c10::intrusive_ptr<RowRing> ring, c10::intrusive_ptr<RowR
                         "MappedFeed: epoch finds the rows of ", epoch_->finders(),
                         " finders, the ring's slots hold ", count);
   count_ = epoch_->batches();
+  marks_ = at::zeros({2}, at::kLong);
 }
 
 MappedFeed::~MappedFeed() {
   try {
     stop();
   } catch (...) {
+  }
+}
+
+int64_t MappedFeed::cut_upto() const {
+  return __atomic_load_n(marks_.data_ptr<int64_t>() + 1, __ATOMIC_ACQUIRE);
+}
+
+void MappedFeed::mark_staged(int64_t b) {
+  __atomic_store_n(marks_.data_ptr<int64_t>(), b + 1, __ATOMIC_RELEASE);
+}
+
+void MappedFeed::drop_cut(int64_t b) {
+  for (auto it = landed_.begin(); it != landed_.end();) {
+    it = it->first < b ? landed_.erase(it) : std::next(it);
   }
 }
 
@@ -225,7 +241,8 @@ void MappedFeed::start(int64_t first, c10::intrusive_ptr<RowStaging> staging, in
   std::lock_guard<std::mutex> lock(mutex_);
   staging_ = std::move(staging);
   depth_ = depth;
-  cut_upto_ = first;
+  __atomic_store_n(marks_.data_ptr<int64_t>() + 1, first, __ATOMIC_RELEASE);
+  mark_staged(first - 1);
   stopping_ = false;
   failure_ = nullptr;
   thread_ = std::thread([this, first] { feed(first); });
@@ -260,8 +277,11 @@ void MappedFeed::feed(int64_t first) {
       bool go = false;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        changed_.wait(lock, [&] { return stopping_ || cut_upto_ >= b; });
+        while (!stopping_ && cut_upto() < b) {
+          changed_.wait_for(lock, kCutPoll);
+        }
         go = !stopping_;
+        drop_cut(b);  // taken by the graphs of the batches before b
       }
       if (go && whole) {
         try {
@@ -279,6 +299,9 @@ void MappedFeed::feed(int64_t first) {
         if (hand_error) {
           failure_ = hand_error;
         }
+      }
+      if (copied) {
+        mark_staged(b);
       }
       changed_.notify_all();
       if (!copied || hand_error) {
@@ -333,15 +356,6 @@ int64_t MappedFeed::staged(int64_t i) {
   return -1;
 }
 
-void MappedFeed::cut(int64_t i) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ROBOCACHE_CHECK_VALUE(staging_, "MappedFeed.cut: the feed is not started");
-    cut_upto_ = std::max(cut_upto_, i + 1);
-  }
-  changed_.notify_all();
-}
-
 std::vector<int64_t> MappedFeed::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -352,6 +366,9 @@ std::vector<int64_t> MappedFeed::stop() {
     thread_.join();
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  if (staging_) {
+    drop_cut(cut_upto());
+  }
   std::vector<int64_t> held;
   for (const auto& [b, _] : handed_) {
     held.push_back(b);
@@ -374,7 +391,7 @@ void register_mapped_feed(torch::Library& m) {
       .def("wait", &MappedFeed::wait)
       .def("start", &MappedFeed::start)
       .def("staged", &MappedFeed::staged)
-      .def("cut", &MappedFeed::cut)
+      .def("marks", &MappedFeed::marks)
       .def("stop", &MappedFeed::stop);
 }
 

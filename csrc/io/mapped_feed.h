@@ -8,7 +8,8 @@
 // (RowStaging) once the cut of the batch before it is queued; then it finds
 // the rows of the next chunk where they are not found yet. The graphs wait
 // for each copy and mark each cut on the GPU: the caller's thread makes no
-// CUDA call for them.
+// CUDA call for them, and no call at all where a batch is copied in time: it
+// reads and writes two marks (marks()) that the feed shares with it.
 #pragma once
 
 #if defined(ROBOCACHE_WITH_CUDA)
@@ -16,6 +17,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/custom_class.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -33,6 +35,10 @@ namespace robocache::io {
 
 class MappedFeed : public torch::CustomClassHolder {
  public:
+  // How often the feed's thread looks at the caller's cut mark while it
+  // waits for it.
+  static constexpr std::chrono::microseconds kCutPoll{50};
+
   // For each finder f (the keys sharing one timeline and rule): its rows in
   // the file fds[f] of row_counts[f] rows, key k's row r at byte
   // begins[f][k] + r * row_bytes[f][k], landing in the ring slot's buffer f
@@ -65,20 +71,25 @@ class MappedFeed : public torch::CustomClassHolder {
   // Starts the feed's thread at batch `first`, read `depth` batches ahead
   // (batches first..first + depth - 1 handed over already). For each batch
   // b in turn it waits for b's reads, hands batch b + depth over, and once
-  // cut(b - 1) is called (not for `first`) copies b's rows into `staging`'s
-  // buffers.
+  // the caller's cut mark is past batch b - 1 (marks()) copies b's rows
+  // into `staging`'s buffers.
   void start(int64_t first, c10::intrusive_ptr<RowStaging> staging, int64_t depth);
 
   // Returns once the feed's thread has queued the copy of batch i's rows:
   // -1, or the first finder whose file ended inside its rows (nothing
   // copied); raises an error of the reads or of the thread. The graph that
   // cuts batch i waits for the copy on the GPU (RowStaging::await_copy,
-  // captured in it).
+  // captured in it). Where marks()[0] > i already, the copy is queued and
+  // the caller need not call this.
   int64_t staged(int64_t i);
 
-  // The graph that cuts batch i is launched (it marks its cut,
-  // RowStaging::cut captured in it): batch i + 1's copy may follow it.
-  void cut(int64_t i);
+  // Two int64 marks the caller's thread reads and writes without a call:
+  // [0], 1 + the last batch whose copy is queued (set by the feed's thread
+  // once it is); [1], 1 + the last batch whose graph is launched (set by the
+  // caller once it is: the graph marks its cut on the GPU, RowStaging::cut
+  // captured in it, and the next batch's copy may follow it). The feed's
+  // thread looks at [1] every kCutPoll while it waits for it.
+  at::Tensor marks() const { return marks_; }
 
   // Stops the feed's thread (once it is at a batch's end); returns the
   // batches handed over and not yet waited for, which wait() serves.
@@ -117,6 +128,11 @@ class MappedFeed : public torch::CustomClassHolder {
   // Whether the thread is to hand batch b over: not yet handed, and the
   // feed goes on.
   bool to_hand(int64_t b);
+  // marks()[1], and marks()[0] set to 1 + batch b.
+  int64_t cut_upto() const;
+  void mark_staged(int64_t b);
+  // Lets go of the batches before b that the caller has cut (mutex_ held).
+  void drop_cut(int64_t b);
 
   c10::intrusive_ptr<RowRing> ring_;
   c10::intrusive_ptr<RowReader> reader_;
@@ -135,7 +151,8 @@ class MappedFeed : public torch::CustomClassHolder {
   // The thread's state.
   std::thread thread_;
   c10::intrusive_ptr<RowStaging> staging_;
-  int64_t depth_ = 0, count_ = 0, cut_upto_ = 0;  // cut_upto_: 1 + the last batch cut
+  int64_t depth_ = 0, count_ = 0;
+  at::Tensor marks_;  // see marks()
   bool feeding_ = false, stopping_ = false;
   std::exception_ptr failure_;  // what ended the thread early
 };

@@ -5,9 +5,12 @@ time). For each batch in turn, the feed's thread waits for its rows,
 hands a later batch's read to the row reader, and copies the rows into
 the graphs' buffers once the last batch's cut is queued. The graphs wait
 for each copy and mark each cut on the GPU; the caller's thread makes no
-CUDA call for them. Only once every episode of the keys' files has passed
+CUDA call for them, and no native call where a batch's copy is queued in
+time: it reads and writes two marks the feed shares with it. Only once every episode of the keys' files has passed
 its checks: until then each batch's reads and checks are handed over from
 Python (``MappedReads``)."""
+
+import ctypes
 
 import torch
 
@@ -37,6 +40,14 @@ class MappedFeed:
         )
         self.checked = False
         self.feeding = False  # the feed's thread runs
+        # 1 + the last batch whose copy is queued, and 1 + the last batch
+        # whose graph is launched (MappedFeed.marks), read and written here
+        # without a call: the feed's thread sets the first and looks at the
+        # second.
+        self._marks = self.native.marks()
+        address = self._marks.data_ptr()
+        self.staged_upto = ctypes.c_int64.from_address(address)
+        self.cut_upto = ctypes.c_int64.from_address(address + self._marks.element_size())
 
     def ready(self):
         """Whether every episode of the finders' files has passed its

@@ -197,6 +197,8 @@ class MappedAhead(HandedAhead):
         only waits for batch i's copy to be queued (its graph waits for the
         copy on the GPU)."""
         feed = self.reads.feed
+        if feed.feeding and feed.staged_upto.value > i:
+            return  # its copy is queued
         if not feed.feeding and self.pending.get(i) is FED:
             # Batches i.. are handed over natively (each later one too).
             feed.start(i, static.staging, self.depth)
@@ -214,7 +216,7 @@ class MappedAhead(HandedAhead):
         StaticRows on the GPU): the feed's next copy into them follows it."""
         feed = self.reads.feed
         if feed is not None and feed.feeding:
-            feed.native.cut(i)
+            feed.cut_upto.value = i + 1
 
     def stop_feeding(self):
         """The feed's thread stopped (another iteration took the graphs

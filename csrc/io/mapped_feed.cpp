@@ -333,6 +333,9 @@ int64_t MappedFeed::staged(int64_t i) {
   Landed landed;
   {
     std::unique_lock<std::mutex> lock(mutex_);
+    if (landed_.count(i) == 0) {
+      changed_.notify_all();  // the feed's thread looks at the cut mark now, not at its next poll
+    }
     changed_.wait(lock, [&] { return landed_.count(i) > 0 || !feeding_; });
     auto it = landed_.find(i);
     if (it == landed_.end()) {

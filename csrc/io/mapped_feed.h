@@ -88,7 +88,8 @@ class MappedFeed : public torch::CustomClassHolder {
   // once it is); [1], 1 + the last batch whose graph is launched (set by the
   // caller once it is: the graph marks its cut on the GPU, RowStaging::cut
   // captured in it, and the next batch's copy may follow it). The feed's
-  // thread looks at [1] every kCutPoll while it waits for it.
+  // thread looks at [1] every kCutPoll while it waits for it, and at once
+  // when staged() waits.
   at::Tensor marks() const { return marks_; }
 
   // Stops the feed's thread (once it is at a batch's end); returns the

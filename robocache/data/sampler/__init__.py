@@ -8,7 +8,8 @@ shared by a store's sampler (store_batches.py) and a mixture's
   memory, the store's file, the frame decoder);
 - cut.py: the window op, once per device a batch's keys are cut on;
 - transform.py: normalisation, image form, augmentation;
-- graphs.py, pipeline.py: CUDA-graph replay; the side stream and its events.
+- graphs.py, pipeline.py: CUDA-graph replay; the side stream and its events;
+  launch.py: which of them a store's batches use.
 """
 
 from .sampler import WindowSampler

@@ -3,7 +3,7 @@
 plan (plan.py) -> order (order.py) -> read (read.py) -> cut (cut.py) ->
 transform (transform.py), each batch made eagerly or replayed from a CUDA
 graph (graphs.py), on the caller's stream or ahead on the sampler's own
-(pipeline.py).
+(pipeline.py), as launch.py chooses.
 
 Where every key is cut on the GPU, an epoch's order is put on the device
 once, behind a cursor that the batch's graph advances itself: a batch then
@@ -13,10 +13,9 @@ import torch
 
 from .._device import resolve_device
 from ..augment import KeyAugmentation
-from . import order
+from . import launch, order
 from .cut import WindowCut
 from .decode import DecodedEpoch
-from .graphs import COUNTS_REFERENCES, BatchGraphs, check_graph_options
 from .pipeline import batch_stream
 from .plan import plan_keys
 from .read import Reader, Rows
@@ -63,9 +62,9 @@ class StoreBatches:
             self.seed, self.rank,
         )  # fmt: skip
         on_gpu = self.cut_on_gpu and self.device.type == "cuda"
-        self.prefetch = self._prefetch(options.prefetch, on_gpu)
+        self.prefetch = launch.prefetch_depth(self, options.prefetch, on_gpu)
         self.stream = batch_stream(self.device, self.prefetch)
-        self.graphs = self._graphs(options, on_gpu)
+        self.graphs = launch.batch_graphs(self, options, on_gpu)
         if self.graphs is not None:
             self.cursor = order.StepCursor(self._per_rank, self.batch_size, self.device)
             self._static = {}  # batch size -> the index batch_at's graphs read
@@ -120,90 +119,6 @@ class StoreBatches:
         except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:
             streams = ", ".join(f"stream {k} is {p.key!r}" for k, p in enumerate(self.plans))
             raise type(e)(f"{_WHERE}: {e} ({streams})") from None
-
-    def _prefetch(self, prefetch, on_gpu):
-        """Batches made ahead on a side stream: as asked where the batches
-        are cut on the GPU; by default only where a key's batch is made on
-        the host when asked for (read from the file outside a graph, or
-        decoded then), whose copy then overlaps the step. Not where every key is on the
-        GPU or pinned, or decoded ahead by the GPU decoder's queue (from
-        bytes wherever they lie): their cut is one kernel (a graph), and a
-        side stream's events cost the host more than the overlap saves the
-        step."""
-        if not on_gpu:
-            return 0
-        if prefetch is None:
-            decoded_ahead = self.reader.decoded_ahead(self.options.read_ahead)
-            graphed = self._mapped_in_graphs()
-            made_on_host = any(
-                p.key not in decoded_ahead
-                and (p.encoded or p.place not in ("cuda", "pinned"))
-                and not (graphed and p.place == "mapped")
-                for p in self.plans
-            )
-            return 1 if made_on_host else 0
-        return prefetch
-
-    def _mapped_in_graphs(self):
-        """Whether the mapped keys' batches are cut in CUDA graphs by
-        default, their rows copied beside the step (no side stream needed)."""
-        options = self.options
-        return (
-            options.cuda_graph is not False
-            and options.read_ahead >= 1
-            and self.reader.mapped_graphable
-            and self.augmentation is None
-            and COUNTS_REFERENCES
-        )
-
-    def _graphs(self, options, on_gpu):
-        """The sampler's BatchGraphs, or None (see WindowSampler's cuda_graph)."""
-        cuda_graph, buffers = check_graph_options(
-            options.cuda_graph, options.graph_buffers, self.prefetch
-        )
-        # Frames decoded on the GPU: their slot's frames are gathered in the
-        # graph, decoded ahead by the iteration's queue.
-        decoded_ahead = self.reader.decoded_ahead(options.read_ahead)
-        graphable_frames = not self.reader.frames and all(
-            f.plan.key in decoded_ahead for f in self.reader.gpu_frames
-        )
-        # Mapped keys: each batch's rows, read ahead, are copied into the
-        # buffers the graphs cut them from.
-        graphable_mapped = not self.reader.mapped or (
-            self.reader.mapped_graphable and options.read_ahead >= 1
-        )
-        graphable = graphable_frames and graphable_mapped
-        if cuda_graph is None:  # on where it is safe: the GPU, and batches kept stay kept
-            cuda_graph = on_gpu and COUNTS_REFERENCES and self.augmentation is None and graphable
-        if not cuda_graph:
-            return None
-        if self.augmentation is not None:
-            raise ValueError(
-                f"{_WHERE}: cuda_graph=True with augment: each batch's augmentation is drawn "
-                "on the host, outside any CUDA graph; use cuda_graph=False"
-            )
-        if not graphable_mapped:
-            raise ValueError(
-                f"{_WHERE}: cuda_graph=True: {self.reader.mapped[0].plan.key!r} is mapped from "
-                "the store's file, and its batches' rows are read outside any CUDA graph "
-                "(with read_ahead=0, a key in mode 'mean', or batches kept on the host); use "
-                "cuda_graph=False, read_ahead >= 1, or place the key 'pinned' or 'cuda'"
-            )
-        if not graphable_frames:
-            key = (self.reader.frames or self.reader.gpu_frames)[0].plan.key
-            raise ValueError(
-                f"{_WHERE}: cuda_graph=True: {key!r} holds encoded frames decoded per batch "
-                "outside any CUDA graph (on the host, or with read_ahead=0); use "
-                "cuda_graph=False, the GPU decoder with read_ahead >= 1, or a store built "
-                "with frames='raw'"
-            )
-        if not on_gpu:
-            raise ValueError(
-                f"{_WHERE}: cuda_graph=True needs the store and the batches on a CUDA device "
-                f"(store.to('cuda'), or every key placed 'cuda' or 'pinned'); the store is on "
-                f"{self.store.device}"
-            )
-        return BatchGraphs(buffers, self.device)
 
     # -- an epoch --------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import robocache.data.sampler.graphs as graphs_module
 import robocache.data.sampler.mapped as mapped_module
 from robocache.data import EpisodeStore, LoaderError, WindowSampler
 from robocache.data.sampler.buffers import PinnedRing, StaticRows
-from robocache.data.sampler.feed import MappedFeed
+from robocache.data.sampler.feed import FED, MappedFeed
 from robocache.data.sampler.finder import finders_of
 from robocache.data.sampler.mapped import MappedReads
 from robocache.data.sampler.plan import check_options, edge_tolerance_ns, plan_keys
@@ -370,14 +370,15 @@ def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch, v
     assert sampler.graphs and len(want) > 8 and found[1] == [] and bool(found[0]) == verify
     first = iter(sampler)
     got = [{k: v.clone() for k, v in next(first).items()} for _ in range(3)]
-    feed = sampler._batches._cursor_reader.mapped.reads.feed
+    ahead = sampler._batches._cursor_reader.mapped
+    feed = ahead.reads.feed
     assert feed.feeding  # every episode is checked by now
-    # The marks the caller's thread shares with the feed: three graphs
-    # launched, and at least those three batches' copies queued.
-    assert feed.cut_upto.value == 3 and feed.staged_upto.value >= 3
     second = iter(sampler)  # takes the graphs over: the first goes on without them
     same_batches([{k: v.clone() for k, v in next(second).items()}], want[:1])
     assert not feed.feeding
+    # The batch after the last one cut, handed over or copied for a graph
+    # that was never launched, is kept for the first iteration.
+    assert ahead.pending.get(3) is FED
     got += [{k: v.clone() for k, v in b.items()} for b in first]
     same_batches(got, want)
     del second
@@ -404,14 +405,50 @@ def test_batches_fed_natively_equal_the_store_in_memory(tmp_path, monkeypatch, v
         feed.native.start(0, staging, 2)
     with pytest.raises(ValueError, match="batch 0 is not fed: the feed is not started"):
         feed.native.staged(0)
-    assert feed.native.marks().tolist() == [0, 0]
     # A feed started with no read handed over stops on its first batch,
-    # and never marks it staged.
-    feed.start(0, staging, 1)
-    with pytest.raises(ValueError, match="batch 0 is not handed over"):
-        feed.native.staged(0)
-    assert feed.staged_upto.value == 0
+    # and never marks it staged: its marks stay where start put them.
+    feed.start(1, staging, 1)
+    with pytest.raises(ValueError, match="batch 1 is not handed over"):
+        feed.native.staged(1)
+    assert feed.native.marks().tolist() == [1, 1]
     assert feed.stop() == []
+
+
+@requires_cuda
+def test_a_batch_whose_copy_is_queued_is_taken_without_a_native_call(tmp_path, monkeypatch):
+    """Where the feed's thread has queued a batch's copy before the batch is
+    asked for, the training thread takes it by reading the feed's mark."""
+    store = make_store()
+    store.save(tmp_path)
+    kw = dict(device="cuda", shuffle=False, anchor="anchor", batch_size=2, seed=3, read_ahead=2)
+    want = [{k: v.clone() for k, v in b.items()} for b in WindowSampler(store.to("cuda"), DELTAS,
+                                                                       cuda_graph=False, **kw)]  # fmt: skip
+    sampler = WindowSampler(EpisodeStore.load(tmp_path, verify=False), DELTAS, **kw)
+    staged = []
+
+    class Counted:
+        def __init__(self, native):
+            self.native = native
+
+        def __getattr__(self, name):
+            if name == "staged":
+                staged.append(1)
+            return getattr(self.native, name)
+
+    start = MappedFeed.start
+
+    def counted_start(self, i, staging, depth):
+        start(self, i, staging, depth)
+        self.native = Counted(self.native)
+
+    monkeypatch.setattr(MappedFeed, "start", counted_start)
+    got = []
+    for b in sampler:
+        got.append({k: v.clone() for k, v in b.items()})
+        time.sleep(0.05)  # the feed's thread queues the next batch's copy meanwhile
+    same_batches(got, want)
+    # The first batch, where the feed starts, is waited for; none after it.
+    assert sampler.graphs and len(want) > 8 and len(staged) == 1
 
 
 @requires_cuda

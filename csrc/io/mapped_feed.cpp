@@ -281,7 +281,7 @@ void MappedFeed::feed(int64_t first) {
           changed_.wait_for(lock, kCutPoll);
         }
         go = !stopping_;
-        drop_cut(b);  // taken by the graphs of the batches before b
+        drop_cut(std::min(b, cut_upto()));  // taken by the graphs launched
       }
       if (go && whole) {
         try {

@@ -89,7 +89,7 @@ class MappedFeed : public torch::CustomClassHolder {
   // caller once it is: the graph marks its cut on the GPU, RowStaging::cut
   // captured in it, and the next batch's copy may follow it). The feed's
   // thread looks at [1] every kCutPoll while it waits for it, and at once
-  // when staged() waits.
+  // when staged() waits. start() sets both to its first batch.
   at::Tensor marks() const { return marks_; }
 
   // Stops the feed's thread (once it is at a batch's end); returns the

@@ -6,9 +6,9 @@ hands a later batch's read to the row reader, and copies the rows into
 the graphs' buffers once the last batch's cut is queued. The graphs wait
 for each copy and mark each cut on the GPU; the caller's thread makes no
 CUDA call for them, and no native call where a batch's copy is queued in
-time: it reads and writes two marks the feed shares with it. Only once every episode of the keys' files has passed
-its checks: until then each batch's reads and checks are handed over from
-Python (``MappedReads``)."""
+time: it reads and writes two marks the feed shares with it. Only once
+every episode of the keys' files has passed its checks: until then each
+batch's reads and checks are handed over from Python (``MappedReads``)."""
 
 import ctypes
 
@@ -43,7 +43,8 @@ class MappedFeed:
         # 1 + the last batch whose copy is queued, and 1 + the last batch
         # whose graph is launched (MappedFeed.marks), read and written here
         # without a call: the feed's thread sets the first and looks at the
-        # second.
+        # second. Plain aligned 8-byte loads and stores, which x86-64 keeps
+        # in program order (the native side's are atomic).
         self._marks = self.native.marks()
         address = self._marks.data_ptr()
         self.staged_upto = ctypes.c_int64.from_address(address)

@@ -55,12 +55,12 @@ MappedFeed::~MappedFeed() {
   }
 }
 
-int64_t MappedFeed::cut_upto() const {
-  return __atomic_load_n(marks_.data_ptr<int64_t>() + 1, __ATOMIC_ACQUIRE);
+int64_t MappedFeed::mark(Mark which) const {
+  return __atomic_load_n(marks_.data_ptr<int64_t>() + which, __ATOMIC_ACQUIRE);
 }
 
-void MappedFeed::mark_staged(int64_t b) {
-  __atomic_store_n(marks_.data_ptr<int64_t>(), b + 1, __ATOMIC_RELEASE);
+void MappedFeed::set_mark(Mark which, int64_t value) {
+  __atomic_store_n(marks_.data_ptr<int64_t>() + which, value, __ATOMIC_RELEASE);
 }
 
 void MappedFeed::drop_cut(int64_t b) {
@@ -241,8 +241,8 @@ void MappedFeed::start(int64_t first, c10::intrusive_ptr<RowStaging> staging, in
   std::lock_guard<std::mutex> lock(mutex_);
   staging_ = std::move(staging);
   depth_ = depth;
-  __atomic_store_n(marks_.data_ptr<int64_t>() + 1, first, __ATOMIC_RELEASE);
-  mark_staged(first - 1);
+  set_mark(kCut, first);
+  set_mark(kStaged, first);
   stopping_ = false;
   failure_ = nullptr;
   thread_ = std::thread([this, first] { feed(first); });
@@ -277,11 +277,11 @@ void MappedFeed::feed(int64_t first) {
       bool go = false;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        while (!stopping_ && cut_upto() < b) {
+        while (!stopping_ && mark(kCut) < b) {
           changed_.wait_for(lock, kCutPoll);
         }
         go = !stopping_;
-        drop_cut(std::min(b, cut_upto()));  // taken by the graphs launched
+        drop_cut(std::min(b, mark(kCut)));  // taken by the graphs launched
       }
       if (go && whole) {
         try {
@@ -301,7 +301,7 @@ void MappedFeed::feed(int64_t first) {
         }
       }
       if (copied) {
-        mark_staged(b);
+        set_mark(kStaged, b + 1);
       }
       changed_.notify_all();
       if (!copied || hand_error) {
@@ -370,7 +370,7 @@ std::vector<int64_t> MappedFeed::stop() {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (staging_) {
-    drop_cut(cut_upto());
+    drop_cut(mark(kCut));
   }
   std::vector<int64_t> held;
   for (const auto& [b, _] : handed_) {

@@ -129,9 +129,11 @@ class MappedFeed : public torch::CustomClassHolder {
   // Whether the thread is to hand batch b over: not yet handed, and the
   // feed goes on.
   bool to_hand(int64_t b);
-  // marks()[1], and marks()[0] set to 1 + batch b.
-  int64_t cut_upto() const;
-  void mark_staged(int64_t b);
+  // A mark of marks(): kStaged, 1 + the last batch whose copy is queued;
+  // kCut, 1 + the last batch whose graph is launched.
+  enum Mark { kStaged = 0, kCut = 1 };
+  int64_t mark(Mark which) const;
+  void set_mark(Mark which, int64_t value);
   // Lets go of the batches before b that the caller has cut (mutex_ held).
   void drop_cut(int64_t b);
 

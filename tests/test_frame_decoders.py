@@ -7,6 +7,7 @@ host sync."""
 
 import io
 import os
+import time
 import warnings
 
 import pytest
@@ -418,6 +419,47 @@ def test_sampler_jpeg_batches_draw_without_a_host_sync_and_under_load(
         torch.cuda.set_sync_debug_mode("default")
     got = [{k: v.cpu() for k, v in b.items()} for b in got]
     _assert_close_to_host(got, host, hardware_share, host_share)
+
+
+@requires_gpu_decoder
+@pytest.mark.parametrize("cuda_graph", [False, None])
+def test_a_batch_whose_frames_have_landed_is_taken_without_a_call_into_the_queue(
+    monkeypatch, cuda_graph
+):
+    """The queue's threads mark the steps whose frames are in device memory;
+    the training thread takes such a step by reading the mark."""
+    store = _jpeg_store().place({"cam": "pinned", "*": "cuda"})
+    kw = dict(batch_size=4, seed=4, shuffle=False)
+    host = _batches(WindowSampler(store, DELTAS, decoding=FrameDecoding(backend="host"),
+                                  cuda_graph=False, **kw))  # fmt: skip
+    taken, queues = [], []
+
+    class Counted:
+        def __init__(self, native):
+            self.native = native
+
+        def __getattr__(self, name):
+            if name == "take":
+                taken.append(1)
+            return getattr(self.native, name)
+
+    make_queue = nvimgcodec.GpuDecoder.queue
+
+    def counted_queue(self, *args, **kwargs):
+        queues.append(Counted(make_queue(self, *args, **kwargs)))
+        return queues[-1]
+
+    monkeypatch.setattr(nvimgcodec.GpuDecoder, "queue", counted_queue)
+    sampler = WindowSampler(store, DELTAS, cuda_graph=cuda_graph, **kw)
+    got = []
+    for batch in sampler:
+        got.append({k: v.cpu() for k, v in batch.items()})
+        time.sleep(0.05)  # the queue lands the next batches meanwhile
+    _assert_close_to_host(got, host)
+    assert len(queues) == 1 and len(got) > 4
+    # The first batch may be waited for; every later one had landed.
+    assert len(taken) <= 1
+    assert queues[0].native.landed().item() >= len(got)
 
 
 @requires_gpu_decoder

@@ -104,10 +104,14 @@ FrameQueue::FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at:
   extents_.push_back({0, std::move(rows), nullptr});
   steps_ = steps;
   decoded_as_.assign(slots_, -1);
+  landed_ = at::zeros({1}, at::kLong);
   ready_.resize(slots_);
   released_.resize(slots_);
   for (int64_t q = 0; q < slots_; ++q) {
-    C10_CUDA_CHECK(cudaEventCreateWithFlags(&ready_[q], cudaEventDisableTiming));
+    // The threads wait for a step's copies on the host before they mark it
+    // landed: without spinning.
+    C10_CUDA_CHECK(
+        cudaEventCreateWithFlags(&ready_[q], cudaEventDisableTiming | cudaEventBlockingSync));
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&released_[q], cudaEventDisableTiming));
   }
   for (int64_t w = 0; w < workers; ++w) {
@@ -258,10 +262,23 @@ void FrameQueue::work(int64_t worker) {
       fail_at(step, -1, -1, "an unknown error", kOther);
       failed = true;
     }
+    if (!failed) {
+      // The step is marked landed once its frames are in device memory: a
+      // caller reading the mark then needs no wait on any stream.
+      const cudaError_t landing = cudaEventSynchronize(ready_[step % slots_]);
+      if (landing != cudaSuccess) {
+        fail_at(step, -1, -1, cudaGetErrorString(landing), kOther);
+        failed = true;
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!failed) {
         decoded_as_[step % slots_] = step;
+        while (landed_steps_ < steps_ && decoded_as_[landed_steps_ % slots_] == landed_steps_) {
+          ++landed_steps_;
+        }
+        __atomic_store_n(landed_.data_ptr<int64_t>(), landed_steps_, __ATOMIC_RELEASE);
       }
     }
     changed_.notify_all();

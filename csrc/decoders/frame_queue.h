@@ -61,6 +61,12 @@ class FrameQueue : public torch::CustomClassHolder {
   // that step's frames did not decode (failure() says which and why).
   // Waits on the host only while the step is still being decoded.
   int64_t take(int64_t step);
+  // A (1,) int64 CPU tensor the threads write and the caller may read
+  // without a call: 1 + the last step of an unbroken run from step 0 whose
+  // frames lie in its slot in device memory (its copies done), so that
+  // reading it needs no wait on any stream. A step below it is in slot
+  // step % slots until it is released.
+  at::Tensor landed() const { return landed_; }
   // The step's table is no longer read once the work queued on the current
   // CUDA stream so far is done: its slot may take the step `slots` later.
   void release(int64_t step);
@@ -134,6 +140,8 @@ class FrameQueue : public torch::CustomClassHolder {
   std::deque<Extent> extents_;
   int64_t steps_ = 0;
   std::vector<int64_t> decoded_as_;  // each slot: the step decoded into it (-1: none yet)
+  at::Tensor landed_;                // see landed(); written under mutex_, read by the caller
+  int64_t landed_steps_ = 0;         // its value
   int64_t released_steps_ = 0;       // steps released by the caller
   int64_t failed_step_ = -1;
   std::tuple<int64_t, int64_t, std::string, int64_t> failure_{-1, -1, "", kOther};

@@ -23,6 +23,7 @@ TORCH_LIBRARY_FRAGMENT(robocache, m) {
                        int64_t, int64_t>())
       .def("extend", &FrameQueue::extend)
       .def("take", &FrameQueue::take)
+      .def("landed", &FrameQueue::landed)
       .def("release", &FrameQueue::release)
       .def("failure", &FrameQueue::failure)
       .def("close", &FrameQueue::close);

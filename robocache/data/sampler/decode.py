@@ -16,6 +16,8 @@ on), so that the next epoch's first batches are decoded while this one's
 last are taken. A batch's frames are gathered from its slot, which the
 device can find from the step alone: a CUDA graph replays the gather."""
 
+import ctypes
+
 import torch
 
 from ..errors import LoaderError
@@ -274,6 +276,11 @@ class DecodeAhead:
             [k.values for k in self.keys], [k.bounds for k in self.keys], none, tables.tables,
             tables.positions, tables.ahead, files=[k.file for k in self.keys],
         )  # fmt: skip
+        # The queue's threads mark the steps whose frames have landed in
+        # device memory (FrameQueue.landed); a step below the mark is taken
+        # by reading it, with no call into the queue.
+        self._landed = self.queue.landed()
+        self.landed = ctypes.c_int64.from_address(self._landed.data_ptr())
         tables.busy = True
         track(self)  # a queue left running is stopped at exit
         try:
@@ -316,6 +323,8 @@ class DecodeAhead:
         return first
 
     def take(self, step):
+        if self.landed.value > step:
+            return step % self.tables.slots
         slot = self.queue.take(step)
         if slot < 0:
             k, row, why, kind = self.queue.failure()

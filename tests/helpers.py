@@ -1,4 +1,5 @@
 """Random inputs for the tests: fresh on every call, never zeros;
+`CountedCalls`, which counts the calls made of a native object's method;
 and `run_session`, for commands that start processes of their own
 (`scheduling` and `scheduling_kept`, for code that may change the caller's
 CPU scheduling, live with the fixtures that need them)."""
@@ -64,3 +65,17 @@ def query_times(B, T, dtype=torch.float64, device="cpu", shared=False, lo=-1.0, 
         q = (q * 1e6).round()
     q = q.to(dtype)
     return q[0] if shared else q
+
+
+class CountedCalls:
+    """Stands in for ``native`` (a torch.classes object, whose methods cannot
+    be patched), appending to ``calls`` each time its method ``name`` is
+    looked up: the calls of it that the code under test makes."""
+
+    def __init__(self, native, name, calls):
+        self.native, self._name, self._calls = native, name, calls
+
+    def __getattr__(self, name):
+        if name == self._name:
+            self._calls.append(1)
+        return getattr(self.native, name)

@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from fixtures.images import camera_frames, jpeg  # noqa: E402
 from frame_checks import pil_frames  # noqa: E402
+from helpers import CountedCalls  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import robocache  # noqa: E402
@@ -433,20 +434,10 @@ def test_a_batch_whose_frames_have_landed_is_taken_without_a_call_into_the_queue
     host = _batches(WindowSampler(store, DELTAS, decoding=FrameDecoding(backend="host"),
                                   cuda_graph=False, **kw))  # fmt: skip
     taken, queues = [], []
-
-    class Counted:
-        def __init__(self, native):
-            self.native = native
-
-        def __getattr__(self, name):
-            if name == "take":
-                taken.append(1)
-            return getattr(self.native, name)
-
     make_queue = nvimgcodec.GpuDecoder.queue
 
     def counted_queue(self, *args, **kwargs):
-        queues.append(Counted(make_queue(self, *args, **kwargs)))
+        queues.append(CountedCalls(make_queue(self, *args, **kwargs), "take", taken))
         return queues[-1]
 
     monkeypatch.setattr(nvimgcodec.GpuDecoder, "queue", counted_queue)

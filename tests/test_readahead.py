@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import requires_cuda
 from fixtures.corrupt import truncate
+from helpers import CountedCalls
 
 import robocache.data.sampler.graphs as graphs_module
 import robocache.data.sampler.mapped as mapped_module
@@ -425,21 +426,11 @@ def test_a_batch_whose_copy_is_queued_is_taken_without_a_native_call(tmp_path, m
                                                                        cuda_graph=False, **kw)]  # fmt: skip
     sampler = WindowSampler(EpisodeStore.load(tmp_path, verify=False), DELTAS, **kw)
     staged = []
-
-    class Counted:
-        def __init__(self, native):
-            self.native = native
-
-        def __getattr__(self, name):
-            if name == "staged":
-                staged.append(1)
-            return getattr(self.native, name)
-
     start = MappedFeed.start
 
     def counted_start(self, i, staging, depth):
         start(self, i, staging, depth)
-        self.native = Counted(self.native)
+        self.native = CountedCalls(self.native, "staged", staged)
 
     monkeypatch.setattr(MappedFeed, "start", counted_start)
     got = []

@@ -352,6 +352,7 @@ class DecodeAhead:
         if self.queue is not None:
             untrack(self)
             self.queue.close()
+            self.landed = ctypes.c_int64(0)  # the tables may take another queue's steps now
             self.tables.busy = False
             self.queue = None
 

@@ -4,7 +4,7 @@ reference built on the window operator over row numbers."""
 
 import pytest
 import torch
-from test_readahead import DELTAS, make_store
+from readahead_cases import DELTAS, make_store
 
 from robocache.data import EpisodeStore
 from robocache.data.sampler.cut import rows_around

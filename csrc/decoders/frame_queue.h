@@ -84,6 +84,7 @@ class FrameQueue : public torch::CustomClassHolder {
   void close();
 
  private:
+  static constexpr const char* kWhere = "FrameQueue";  // errors begin with it
   // Stops the threads; false where they were stopped before.
   bool stop_threads();
   // The current CUDA stream made to wait for the work streams' work.

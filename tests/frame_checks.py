@@ -1,16 +1,23 @@
 """What the frame tests share: each frame of a key as the sampler gives it,
-Pillow's decode of encoded bytes, and JPEG's loss against raw frames (by
+Pillow's decode of encoded bytes, JPEG's loss against raw frames (by
 peak signal-to-noise ratio: the tests' small, noisy frames at quality 90
-keep 31 dB and more)."""
+keep 31 dB and more), and the GPU decoder's pixels against Pillow's (each
+of its shares' tolerance)."""
 
 import io
 
 import numpy as np
+import pytest
 import torch
 
 from robocache.data import WindowSampler
+from robocache.data.frames.decoders import nvimgcodec
 
 MIN_PSNR_DB = 28.0
+WHY_NOT = nvimgcodec.unavailable()
+requires_gpu_decoder = pytest.mark.skipif(
+    WHY_NOT is not None, reason=f"the GPU frame decoder: {WHY_NOT}"
+)
 
 
 def every_frame(store, key):
@@ -47,3 +54,22 @@ def assert_near(decoded, raw):
     """Within JPEG's loss of the raw frames."""
     psnr = psnr_db(decoded, raw)
     assert psnr >= MIN_PSNR_DB, f"PSNR {psnr:.1f} dB"
+
+
+MEAN_TOLERANCE = 0.1
+
+
+def gpu_tolerance(hardware_share, host_share):
+    """The host's share is libjpeg-turbo's pixels, as Pillow's; the hardware
+    engines' are those but for a grey level in upsampled chroma; nvJPEG's
+    CUDA decoder's are up to 3 grey levels off in colour, in few pixels."""
+    if host_share == 1.0:
+        return 0
+    return 1 if hardware_share + host_share == 1.0 else 3
+
+
+def assert_gpu_pixels_close(got, expected, hardware_share, host_share=0.0):
+    """The GPU decoder's pixels within its shares' tolerance of ``expected``."""
+    diff = (got.int() - expected.int()).abs()
+    assert diff.max() <= gpu_tolerance(hardware_share, host_share), int(diff.max())
+    assert diff.double().mean() <= MEAN_TOLERANCE, float(diff.double().mean())

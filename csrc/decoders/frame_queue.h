@@ -59,7 +59,8 @@ class FrameQueue : public torch::CustomClassHolder {
   int64_t extend(std::vector<at::Tensor> rows, bool written_on_stream);
   // The slot holding `step`, ready on the current CUDA stream; -1 where
   // that step's frames did not decode (failure() says which and why).
-  // Waits on the host only while the step is still being decoded.
+  // Waits on the host only while the step is still being decoded (its
+  // threads mark a step decoded once its frames have landed: see landed()).
   int64_t take(int64_t step);
   // A (1,) int64 CPU tensor the threads write and the caller may read
   // without a call: 1 + the last step of an unbroken run from step 0 whose

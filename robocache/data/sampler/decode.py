@@ -323,7 +323,7 @@ class DecodeAhead:
         return first
 
     def take(self, step):
-        if self.landed.value > step:
+        if self.released <= step < self.landed.value:
             return step % self.tables.slots
         slot = self.queue.take(step)
         if slot < 0:

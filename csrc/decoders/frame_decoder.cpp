@@ -245,6 +245,14 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
   }
   std::lock_guard<std::mutex> lock(mutex_);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  if (uses_hardware_) {
+    // The hardware engines write as soon as they are called, whatever the
+    // stream has queued: the work queued there (which may still use the
+    // output's memory) is waited for first. (nvJPEG's batched decode on the
+    // engines was also seen to fail its first call on a stream that had
+    // been given no work: the wait keeps it from that.)
+    C10_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
+  }
   while (code_streams_.size() < n) {
     code_streams_.push_back(nullptr);
     images_.push_back(nullptr);

@@ -58,12 +58,6 @@ std::tuple<int64_t, std::string> FrameDecoder::decode(at::Tensor values, at::Ten
     targets.push_back(target);
   }
   auto cuda_stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
-  if (uses_hardware_ && !targets.empty()) {
-    // The hardware engines write as soon as they are called, whatever the
-    // stream has queued: the work queued there (which may still use out's
-    // memory) is waited for first.
-    C10_CUDA_CHECK(cudaStreamSynchronize(cuda_stream.stream()));
-  }
   FrameFailure failure = run(targets, cuda_stream.stream());
   return {failure.index, failure.why};
 }

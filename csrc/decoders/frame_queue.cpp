@@ -308,8 +308,6 @@ int64_t FrameQueue::take(int64_t step) {
     }
     ROBOCACHE_CHECK(decoded_as_[slot] == step, kWhere, ".take: the queue is closed");
   }
-  auto cuda_stream = c10::cuda::getCurrentCUDAStream(index_of(*decoders_[0]));
-  C10_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream.stream(), ready_[slot], 0));
   return slot;
 }
 

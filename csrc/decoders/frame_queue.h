@@ -2,8 +2,8 @@
 // frames its windows read, decoded in one call into a ring of device
 // tables, with no Python and no GIL on those threads (each with its own
 // decoder and CUDA stream, taking the steps in turn, so that one step's
-// decode overlaps the next's). The caller takes a step's table (ordered on
-// its current CUDA stream by an event), gathers its windows from it, and
+// decode overlaps the next's). The caller takes a step's table (its frames
+// already in device memory when it is handed over), gathers its windows from it, and
 // releases it for the step `slots` later. The steps are numbered on from
 // one epoch to the next: `extend` appends an epoch's steps while the last
 // one's are still taken, and the threads decode on into them.
@@ -57,10 +57,11 @@ class FrameQueue : public torch::CustomClassHolder {
   // queued on the current CUDA stream (a copy from the device), which the
   // threads wait for before they read them.
   int64_t extend(std::vector<at::Tensor> rows, bool written_on_stream);
-  // The slot holding `step`, ready on the current CUDA stream; -1 where
-  // that step's frames did not decode (failure() says which and why).
-  // Waits on the host only while the step is still being decoded (its
-  // threads mark a step decoded once its frames have landed: see landed()).
+  // The slot holding `step`, its frames in device memory (the threads mark
+  // a step decoded once its frames have landed: see landed()), so that any
+  // CUDA stream may read it with no wait; -1 where that step's frames did
+  // not decode (failure() says which and why). Waits on the host only while
+  // the step is still being decoded.
   int64_t take(int64_t step);
   // A (1,) int64 CPU tensor the threads write and the caller may read
   // without a call: 1 + the last step of an unbroken run from step 0 whose

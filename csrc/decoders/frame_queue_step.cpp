@@ -31,7 +31,6 @@ bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarg
     if (decoder->uses_hardware()) {
       C10_CUDA_CHECK(cudaEventSynchronize(released_[slot]));
     }
-    C10_CUDA_CHECK(cudaEventSynchronize(ready_[slot]));
   }
   targets.clear();
   owners.clear();

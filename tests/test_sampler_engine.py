@@ -214,3 +214,20 @@ def test_an_error_making_a_batch_ahead_comes_after_the_batches_before_it():
         for batch in SideStream(torch.device("cuda"), 2).run(make, range(6)):
             got.append(int(batch["i"]))
     assert got == [0, 1, 2]
+
+
+def test_shared_marks_read_and_write_the_native_tensor_in_place_and_keep_it_alive():
+    from robocache.data.sampler.marks import shared_marks
+
+    marks = torch.tensor([3, 7], dtype=torch.int64)
+    first, second = shared_marks(marks)
+    marks[1] = 11
+    second.value = second.value + 1
+    first.value = 5
+    assert marks.tolist() == [5, 12]
+    del marks
+    torch.ones(4096, dtype=torch.int64)  # memory that would reuse a freed tensor's
+    assert (first.value, second.value) == (5, 12)
+    for wrong in (torch.zeros(2, dtype=torch.int32), torch.zeros(4, dtype=torch.int64)[::2]):
+        with pytest.raises(TypeError, match="contiguous int64 CPU tensor"):
+            shared_marks(wrong)

@@ -24,6 +24,7 @@ from ..errors import LoaderError
 from ..frames.decoders import decoder_for, nvimgcodec
 from ..store.rows import caller_reader
 from .cut import rows_around
+from .marks import shared_marks
 from .open_work import track, untrack
 
 _WHERE = "WindowSampler"
@@ -279,8 +280,7 @@ class DecodeAhead:
         # The queue's threads mark the steps whose frames have landed in
         # device memory (FrameQueue.landed); a step below the mark is taken
         # by reading it, with no call into the queue.
-        self._landed = self.queue.landed()
-        self.landed = ctypes.c_int64.from_address(self._landed.data_ptr())
+        (self.landed,) = shared_marks(self.queue.landed())
         tables.busy = True
         track(self)  # a queue left running is stopped at exit
         try:

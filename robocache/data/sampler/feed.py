@@ -10,9 +10,9 @@ time: it reads and writes two marks the feed shares with it. Only once
 every episode of the keys' files has passed its checks: until then each
 batch's reads and checks are handed over from Python (``MappedReads``)."""
 
-import ctypes
-
 import torch
+
+from .marks import shared_marks
 
 # ``MappedReads.pending``'s mark of a batch the feed handed over.
 FED = object()
@@ -43,12 +43,8 @@ class MappedFeed:
         # 1 + the last batch whose copy is queued, and 1 + the last batch
         # whose graph is launched (MappedFeed.marks), read and written here
         # without a call: the feed's thread sets the first and looks at the
-        # second. Plain aligned 8-byte loads and stores, which x86-64 keeps
-        # in program order (the native side's are atomic).
-        self._marks = self.native.marks()
-        address = self._marks.data_ptr()
-        self.staged_upto = ctypes.c_int64.from_address(address)
-        self.cut_upto = ctypes.c_int64.from_address(address + self._marks.element_size())
+        # second.
+        self.staged_upto, self.cut_upto = shared_marks(self.native.marks())
 
     def ready(self):
         """Whether every episode of the finders' files has passed its

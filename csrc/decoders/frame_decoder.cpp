@@ -248,9 +248,9 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
   if (uses_hardware_) {
     // The hardware engines write as soon as they are called, whatever the
     // stream has queued: the work queued there (which may still use the
-    // output's memory) is waited for first. (nvJPEG's batched decode on the
-    // engines was also seen to fail its first call on a stream that had
-    // been given no work: the wait keeps it from that.)
+    // output's memory) is waited for first. nvJPEG's batched decode on the
+    // engines can also fail a call on a stream the host has not yet waited
+    // for (a queue's first step): the wait keeps it from that.
     C10_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
   }
   while (code_streams_.size() < n) {

@@ -66,11 +66,11 @@ class FrameDecoder : public torch::CustomClassHolder {
   // Decodes `frames` in one call, ordered on `cuda_stream`: the decode
   // follows the work queued there before it, and work queued after it
   // follows the decode. Waits on the host for the decoder's host work
-  // (headers, the host's share, submission to the engines), with the
-  // hardware engines for the work queued on the stream before it, and where
-  // nvJPEG's batched decode does, for the device's part of it (the stream's
-  // work up to the decode included). Of several frames that do not decode,
-  // the first found is returned, not always the lowest.
+  // (headers, the host's share, submission to the engines); where the
+  // hardware engines have a share, first for the work queued on the stream;
+  // and where nvJPEG's batched decode does, for the device's part of it
+  // (the stream's work up to the decode included). Of several frames that
+  // do not decode, the first found is returned, not always the lowest.
   FrameFailure run(const std::vector<FrameTarget>& frames, cudaStream_t cuda_stream);
 
   // The i-th decoder of this one's settings (0: this one), made when first

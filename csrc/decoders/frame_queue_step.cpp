@@ -23,10 +23,10 @@ bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarg
     C10_CUDA_CHECK(cudaEventSynchronize(start_));  // the tables' memory is free
   }
   if (step >= slots_) {
-    // The slot's last step was released on the caller's stream; its staged
-    // positions were copied (the event follows the copy). The hardware
-    // engines ignore stream order: with them this thread waits for the
-    // release itself.
+    // The slot's last step was released on the caller's stream, so it had
+    // landed (its copies done) before it was handed over, as ahead <= slots:
+    // its staged positions may be written. The hardware engines ignore
+    // stream order: with them this thread waits for the release itself.
     C10_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream, released_[slot], 0));
     if (decoder->uses_hardware()) {
       C10_CUDA_CHECK(cudaEventSynchronize(released_[slot]));

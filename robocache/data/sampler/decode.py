@@ -250,10 +250,10 @@ class DecodeAhead:
     (a DecodeTables) by a native queue, whose steps run on from one epoch to
     the next: steps 0, 1, ... are the batches of ``parts`` (an EpochParts:
     each batch's anchor rows, on the host), and ``extend(parts)`` appends a
-    next epoch's (returning the step of its first). ``take(step)``, on the stream that
-    makes that batch: its slot, ready on that stream; ``release(step)``
-    once the work that reads it is queued there: the slot then takes a
-    later step. ``get(step)``: take, gather (key position -> (B, W, *shape)
+    next epoch's (returning the step of its first). ``take(step)``: its
+    slot, its frames in device memory (any stream may read them);
+    ``release(step)``, on the stream that reads the slot, once that work is
+    queued there: the slot then takes a later step. ``get(step)``: take, gather (key position -> (B, W, *shape)
     frames) and release. ``close()`` stops the queue's thread."""
 
     def __init__(self, tables, edge_tolerance, parts):

@@ -3,6 +3,9 @@ graphs, prefetch on a side stream), graphs fed from the device (the epoch's
 order behind a cursor), several iterations at once, and no host
 synchronization while default batches are drawn, capture included."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 from conftest import requires_cuda
@@ -225,8 +228,10 @@ def test_shared_marks_read_and_write_the_native_tensor_in_place_and_keep_it_aliv
     second.value = second.value + 1
     first.value = 5
     assert marks.tolist() == [5, 12]
+    alive = weakref.ref(marks)
     del marks
-    torch.ones(4096, dtype=torch.int64)  # memory that would reuse a freed tensor's
+    gc.collect()
+    assert alive() is not None and alive() is first.owner is second.owner
     assert (first.value, second.value) == (5, 12)
     for wrong in (torch.zeros(2, dtype=torch.int32), torch.zeros(4, dtype=torch.int64)[::2]):
         with pytest.raises(TypeError, match="contiguous int64 CPU tensor"):

@@ -17,6 +17,6 @@ def shared_marks(marks):
     views = []
     for i in range(marks.numel()):
         view = ctypes.c_int64.from_address(marks.data_ptr() + i * marks.element_size())
-        view.memory = marks
+        view.owner = marks
         views.append(view)
     return views

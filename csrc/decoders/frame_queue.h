@@ -4,9 +4,10 @@
 // decoder and CUDA stream, taking the steps in turn, so that one step's
 // decode overlaps the next's). The caller takes a step's table (its
 // frames already in device memory when it is handed over), gathers its
-// windows from it, and releases it for the step `slots` later. The steps are numbered on from
-// one epoch to the next: `extend` appends an epoch's steps while the last
-// one's are still taken, and the threads decode on into them.
+// windows from it, and releases it for the step `slots` later. The steps
+// are numbered on from one epoch to the next: `extend` appends an epoch's
+// steps while the last one's are still taken, and the threads decode on
+// into them.
 #pragma once
 
 #include <ATen/ATen.h>

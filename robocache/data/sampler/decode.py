@@ -253,8 +253,9 @@ class DecodeAhead:
     next epoch's (returning the step of its first). ``take(step)``: its
     slot, its frames in device memory (any stream may read them);
     ``release(step)``, on the stream that reads the slot, once that work is
-    queued there: the slot then takes a later step. ``get(step)``: take, gather (key position -> (B, W, *shape)
-    frames) and release. ``close()`` stops the queue's thread."""
+    queued there: the slot then takes a later step. ``get(step)``: take,
+    gather (key position -> (B, W, *shape) frames) and release.
+    ``close()`` stops the queue's thread."""
 
     def __init__(self, tables, edge_tolerance, parts):
         self.tables, self.keys = tables, tables.keys

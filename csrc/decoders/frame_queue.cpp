@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <robocache/error.h>
+#include <robocache/marks.h>
 
 namespace robocache::decoders {
 namespace {
@@ -100,7 +101,7 @@ FrameQueue::FrameQueue(c10::intrusive_ptr<FrameDecoder> decoder, std::vector<at:
   extents_.push_back({0, std::move(rows), nullptr});
   steps_ = steps;
   decoded_as_.assign(slots_, -1);
-  landed_ = at::zeros({1}, at::kLong);
+  landed_ = make_marks(1);
   ready_.resize(slots_);
   released_.resize(slots_);
   for (int64_t q = 0; q < slots_; ++q) {
@@ -274,7 +275,7 @@ void FrameQueue::work(int64_t worker) {
         while (landed_steps_ < steps_ && decoded_as_[landed_steps_ % slots_] == landed_steps_) {
           ++landed_steps_;
         }
-        __atomic_store_n(landed_.data_ptr<int64_t>(), landed_steps_, __ATOMIC_RELEASE);
+        store_mark(landed_, 0, landed_steps_);
       }
     }
     changed_.notify_all();

@@ -19,18 +19,14 @@ bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarg
   const int64_t slot = step % slots_;
   cudaStream_t cuda_stream = work_streams_[worker].stream();
   const auto& decoder = decoders_[worker];
-  if (step < static_cast<int64_t>(decoders_.size()) && decoder->uses_hardware()) {
-    C10_CUDA_CHECK(cudaEventSynchronize(start_));  // the tables' memory is free
-  }
   if (step >= slots_) {
     // The slot's last step was released on the caller's stream, so it had
     // landed (its copies done) before it was handed over, as ahead <= slots:
-    // its staged positions may be written. The hardware engines ignore
-    // stream order: with them this thread waits for the release itself.
+    // its staged positions may be written. The work stream waits for the
+    // release (and, from its making, for start_); with the hardware engines,
+    // which ignore stream order, the decoder's run waits on the host for
+    // what the stream has queued, these waits included.
     C10_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream, released_[slot], 0));
-    if (decoder->uses_hardware()) {
-      C10_CUDA_CHECK(cudaEventSynchronize(released_[slot]));
-    }
   }
   targets.clear();
   owners.clear();

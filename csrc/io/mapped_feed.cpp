@@ -3,7 +3,6 @@
 
 #include "mapped_feed.h"
 
-#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 
 #include "register.h"
 #include "robocache/error.h"
+#include "robocache/marks.h"
 
 namespace robocache::io {
 
@@ -45,7 +45,7 @@ MappedFeed::MappedFeed(c10::intrusive_ptr<RowRing> ring, c10::intrusive_ptr<RowR
                         "MappedFeed: epoch finds the rows of ", epoch_->finders(),
                         " finders, the ring's slots hold ", count);
   count_ = epoch_->batches();
-  marks_ = at::zeros({2}, at::kLong);
+  marks_ = make_marks(2);
 }
 
 MappedFeed::~MappedFeed() {
@@ -56,11 +56,11 @@ MappedFeed::~MappedFeed() {
 }
 
 int64_t MappedFeed::mark(Mark which) const {
-  return __atomic_load_n(marks_.data_ptr<int64_t>() + which, __ATOMIC_ACQUIRE);
+  return load_mark(marks_, which);
 }
 
 void MappedFeed::set_mark(Mark which, int64_t value) {
-  __atomic_store_n(marks_.data_ptr<int64_t>() + which, value, __ATOMIC_RELEASE);
+  store_mark(marks_, which, value);
 }
 
 void MappedFeed::drop_cut(int64_t b) {

@@ -1,5 +1,6 @@
 """Marks shared with a native object's threads: int64 counters in a CPU
-tensor the native side owns, read and written here without a call."""
+tensor the native side owns (csrc/include/robocache/marks.h), read and
+written here without a call."""
 
 import ctypes
 

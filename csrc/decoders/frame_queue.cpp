@@ -238,10 +238,12 @@ void FrameQueue::work(int64_t worker) {
       // The step once it is known and its slot may be written; none past a
       // step that failed.
       std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [&] {
-        return stopping_ || (failed_step_ >= 0 && failed_step_ < step) ||
-               (step < steps_ && step < released_steps_ + ahead_);
-      });
+      while (!(stopping_ || (failed_step_ >= 0 && failed_step_ < step) ||
+               (step < steps_ && step < released_steps_ + ahead_))) {
+        // A release does not wake this thread (see release()): it looks
+        // again every kReleasePoll.
+        changed_.wait_for(lock, kReleasePoll);
+      }
       if (stopping_ || (failed_step_ >= 0 && failed_step_ < step)) {
         return;
       }
@@ -314,19 +316,19 @@ int64_t FrameQueue::take(int64_t step) {
 
 void FrameQueue::release(int64_t step) {
   const int64_t slot = step % slots_;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ROBOCACHE_CHECK_VALUE(step == released_steps_ && decoded_as_[slot] == step, kWhere,
-                          ".release: steps are released in order, each once taken; expected ",
-                          released_steps_, ", got ", step);
-    auto cuda_stream = c10::cuda::getCurrentCUDAStream(index_of(*decoders_[0]));
-    C10_CUDA_CHECK(cudaEventRecord(released_[slot], cuda_stream.stream()));
-    released_steps_ = step + 1;
-    while (extents_.size() > 1 && extents_[1].first <= released_steps_) {
-      extents_.pop_front();  // every step of it released
-    }
+  std::lock_guard<std::mutex> lock(mutex_);
+  ROBOCACHE_CHECK_VALUE(step == released_steps_ && decoded_as_[slot] == step, kWhere,
+                        ".release: steps are released in order, each once taken; expected ",
+                        released_steps_, ", got ", step);
+  auto cuda_stream = c10::cuda::getCurrentCUDAStream(index_of(*decoders_[0]));
+  C10_CUDA_CHECK(cudaEventRecord(released_[slot], cuda_stream.stream()));
+  released_steps_ = step + 1;
+  while (extents_.size() > 1 && extents_[1].first <= released_steps_) {
+    extents_.pop_front();  // every step of it released
   }
-  changed_.notify_all();
+  // The threads are not woken: a wake-up from the caller's thread once a
+  // step slowed the caller's own work (docs/benchmarks.md). They look again
+  // within kReleasePoll.
 }
 
 std::tuple<int64_t, int64_t, std::string, int64_t> FrameQueue::failure() {

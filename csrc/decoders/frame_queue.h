@@ -17,6 +17,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,6 +31,10 @@ namespace robocache::decoders {
 
 class FrameQueue : public torch::CustomClassHolder {
  public:
+  // How often a thread waiting for a release looks at the steps released
+  // (a release does not wake it).
+  static constexpr std::chrono::microseconds kReleasePoll{200};
+
   // For each key k: values[k] (n_k,) uint8 and byte_offsets[k] (N_k + 1,)
   // int64, the frames' bytes in host memory; files[k]: -1, or a file
   // descriptor whose bytes from file_begins[k] on are values[k]'s, read from
@@ -72,6 +77,7 @@ class FrameQueue : public torch::CustomClassHolder {
   at::Tensor landed() const { return landed_; }
   // The step's table is no longer read once the work queued on the current
   // CUDA stream so far is done: its slot may take the step `slots` later.
+  // Wakes no thread: a thread waiting for it sees it within kReleasePoll.
   void release(int64_t step);
   // What a step's failure was about (failure()'s last item).
   enum Failure : int64_t {

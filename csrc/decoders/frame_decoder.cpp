@@ -250,7 +250,9 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
     // stream has queued: the work queued there (which may still use the
     // output's memory) is waited for first. nvJPEG's batched decode on the
     // engines can also fail a call on a stream the host has not yet waited
-    // for (a queue's first step): the wait keeps it from that.
+    // for (a queue's first step): the wait keeps it from that. FrameQueue
+    // relies on this wait: it queues a slot's release on the stream and does
+    // not wait for it on the host.
     C10_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
   }
   while (code_streams_.size() < n) {

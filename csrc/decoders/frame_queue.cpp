@@ -240,9 +240,11 @@ void FrameQueue::work(int64_t worker) {
       std::unique_lock<std::mutex> lock(mutex_);
       while (!(stopping_ || (failed_step_ >= 0 && failed_step_ < step) ||
                (step < steps_ && step < released_steps_ + ahead_))) {
-        // A release does not wake this thread (see release()): it looks
-        // again every kReleasePoll.
-        changed_.wait_for(lock, kReleasePoll);
+        if (step < steps_) {
+          changed_.wait_for(lock, kReleasePoll);  // a release wakes no thread
+        } else {
+          changed_.wait(lock);  // extend, stop and a failure wake it
+        }
       }
       if (stopping_ || (failed_step_ >= 0 && failed_step_ < step)) {
         return;
@@ -326,9 +328,8 @@ void FrameQueue::release(int64_t step) {
   while (extents_.size() > 1 && extents_[1].first <= released_steps_) {
     extents_.pop_front();  // every step of it released
   }
-  // The threads are not woken: a wake-up from the caller's thread once a
-  // step slowed the caller's own work (docs/benchmarks.md). They look again
-  // within kReleasePoll.
+  // No notify: the threads see the release within kReleasePoll, and the
+  // caller's thread pays no wake-up.
 }
 
 std::tuple<int64_t, int64_t, std::string, int64_t> FrameQueue::failure() {

@@ -15,9 +15,9 @@
 #include <cuda_runtime_api.h>
 #include <torch/custom_class.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>

@@ -19,13 +19,14 @@ bool FrameQueue::decode_step(int64_t step, int64_t worker, std::vector<FrameTarg
   const int64_t slot = step % slots_;
   cudaStream_t cuda_stream = work_streams_[worker].stream();
   const auto& decoder = decoders_[worker];
+  // The work stream waits for start_ (from its making) and for the slot's
+  // release (below). The hardware engines ignore stream order: with them,
+  // the decoder's run waits on the host for what the stream has queued,
+  // these waits included.
   if (step >= slots_) {
     // The slot's last step was released on the caller's stream, so it had
     // landed (its copies done) before it was handed over, as ahead <= slots:
-    // its staged positions may be written. The work stream waits for the
-    // release (and, from its making, for start_); with the hardware engines,
-    // which ignore stream order, the decoder's run waits on the host for
-    // what the stream has queued, these waits included.
+    // its staged positions may be written.
     C10_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream, released_[slot], 0));
   }
   targets.clear();

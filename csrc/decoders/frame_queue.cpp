@@ -240,11 +240,9 @@ void FrameQueue::work(int64_t worker) {
       std::unique_lock<std::mutex> lock(mutex_);
       while (!(stopping_ || (failed_step_ >= 0 && failed_step_ < step) ||
                (step < steps_ && step < released_steps_ + ahead_))) {
-        if (step < steps_) {
-          changed_.wait_for(lock, kReleasePoll);  // a release wakes no thread
-        } else {
-          changed_.wait(lock);  // extend, stop and a failure wake it
-        }
+        // A release does not wake this thread (see release()): it looks
+        // again every kReleasePoll.
+        changed_.wait_for(lock, kReleasePoll);
       }
       if (stopping_ || (failed_step_ >= 0 && failed_step_ < step)) {
         return;

@@ -327,6 +327,7 @@ def _extension(with_cuda):
     sources += sorted(glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
     sources += sorted(glob.glob(os.path.join("csrc", "meta", "*.cpp")))
     sources += sorted(glob.glob(os.path.join("csrc", "io", "*.cpp")))
+    sources += sorted(glob.glob(os.path.join("csrc", "frames", "*.cpp")))
     if torch is None:
         return Extension("robocache._C", sources)
     include_dirs = [os.path.join(ROOT, "csrc", "include")]

@@ -186,16 +186,18 @@ def _pillow(blobs, channels):
 
 @requires_gpu_decoder
 @pytest.mark.parametrize(
-    "hardware_share,host_share,batched",
+    "hardware_share,host_share,batched,kernels",
     [
-        (0.0, 0.0, True),
-        (0.0, 0.0, False),
-        (0.5, 0.0, True),
-        (1.0, 0.0, True),
-        (0.0, 1.0, True),
-        (0.0, 0.5, True),
-        (0.25, 0.5, True),
-        (0.5, 0.5, True),
+        (0.0, 0.0, True, True),
+        (0.0, 0.0, True, False),
+        (0.0, 0.0, False, False),
+        (0.5, 0.0, True, True),
+        (0.5, 0.0, True, False),
+        (1.0, 0.0, True, True),
+        (0.0, 1.0, True, True),
+        (0.0, 0.5, True, True),
+        (0.25, 0.5, True, False),
+        (0.5, 0.5, True, True),
     ],
 )
 @pytest.mark.parametrize(
@@ -212,17 +214,32 @@ def _pillow(blobs, channels):
     ],
 )
 def test_gpu_pixels_are_pillows_within_the_backends_tolerance(
-    height, width, channels, subsampling, hardware_share, host_share, batched
+    height, width, channels, subsampling, hardware_share, host_share, batched, kernels
 ):
     frames = _frames(12, height, width, channels)
     blobs = _blobs(frames, subsampling)
     encoding = FrameEncoding("jpeg", (height, width, channels), torch.uint8)
-    decoder = nvimgcodec.GpuDecoder("cuda", hardware_share, batched=batched, host_share=host_share)
+    decoder = nvimgcodec.GpuDecoder(
+        "cuda", hardware_share, batched=batched, host_share=host_share, kernels=kernels
+    )
     assert decoder.batched == batched
+    assert decoder.kernels == (kernels and hardware_share + host_share < 1.0)
     got = decoder.decode(blobs, encoding).cpu()
     expected = _pillow(blobs, channels)
     assert got.shape == expected.shape
-    assert_gpu_pixels_close(got, expected, hardware_share, host_share)
+    assert_gpu_pixels_close(got, expected, hardware_share, host_share, kernels)
+
+
+@requires_gpu_decoder
+def test_frames_the_kernels_do_not_decode_go_to_nvjpeg_in_the_same_batch():
+    frames = _frames(6, 32, 40, 3)
+    blobs = _blobs(frames, 2)
+    blobs[1] = jpeg(frames[1].numpy(), subsampling=2, quality=90, progressive=True)
+    encoding = FrameEncoding("jpeg", (32, 40, 3), torch.uint8)
+    got = nvimgcodec.GpuDecoder("cuda", 0.0, host_share=0.0).decode(blobs, encoding).cpu()
+    expected = _pillow(blobs, 3)
+    assert torch.equal(got[[0, 2, 3, 4, 5]], expected[[0, 2, 3, 4, 5]])  # the kernels'
+    assert_gpu_pixels_close(got[1:2], expected[1:2], 0.0, 0.0, kernels=False)  # nvJPEG's
 
 
 @requires_gpu_decoder
@@ -242,15 +259,18 @@ def test_the_host_shares_pinned_memory_is_reused_only_once_copied():
 
 
 @requires_gpu_decoder
-@pytest.mark.parametrize("hardware_share,host_share", [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0)])
+@pytest.mark.parametrize(
+    "hardware_share,host_share,kernels",
+    [(0.0, 0.0, True), (0.0, 0.0, False), (1.0, 0.0, True), (0.0, 1.0, True)],
+)
 @pytest.mark.parametrize("damage", ["truncated", "not a jpeg"])
 def test_a_corrupt_frame_names_itself_and_the_next_batch_decodes(
-    hardware_share, host_share, damage
+    hardware_share, host_share, kernels, damage
 ):
     frames = _frames(6, 32, 40, 3)
     blobs = _blobs(frames, 2)
     encoding = FrameEncoding("jpeg", (32, 40, 3), torch.uint8)
-    decoder = nvimgcodec.GpuDecoder("cuda", hardware_share, host_share=host_share)
+    decoder = nvimgcodec.GpuDecoder("cuda", hardware_share, host_share=host_share, kernels=kernels)
     bad = list(blobs)
     bad[3] = {
         "truncated": bad[3][: len(bad[3]) // 3],
@@ -261,7 +281,7 @@ def test_a_corrupt_frame_names_itself_and_the_next_batch_decodes(
     torch.cuda.synchronize()  # no sticky CUDA error
     for _ in range(2):  # the next batches decode, as exactly as before
         got = decoder.decode(blobs, encoding).cpu()
-        assert_gpu_pixels_close(got, _pillow(blobs, 3), hardware_share, host_share)
+        assert_gpu_pixels_close(got, _pillow(blobs, 3), hardware_share, host_share, kernels)
 
 
 @requires_gpu_decoder
@@ -281,11 +301,12 @@ def test_a_batched_decode_that_does_not_load_warns_and_nvimgcodec_decodes(monkey
 
 
 @requires_gpu_decoder
-@pytest.mark.parametrize("host_share", [0.0, 1.0])
-def test_a_frame_of_another_size_than_its_streams_is_an_error(host_share):
+@pytest.mark.parametrize("host_share,kernels", [(0.0, True), (0.0, False), (1.0, True)])
+def test_a_frame_of_another_size_than_its_streams_is_an_error(host_share, kernels):
     blobs = _blobs(_frames(2, 32, 40, 3), 0)
     encoding = FrameEncoding("jpeg", (32, 48, 3), torch.uint8)
+    decoder = nvimgcodec.GpuDecoder("cuda", host_share=host_share, kernels=kernels)
     with pytest.raises(
         ValueError, match="frame 0: .* the image is 32x40; its frames' shape says 32x48"
     ):
-        nvimgcodec.GpuDecoder("cuda", host_share=host_share).decode(blobs, encoding)
+        decoder.decode(blobs, encoding)

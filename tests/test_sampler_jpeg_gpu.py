@@ -47,7 +47,7 @@ def _assert_close_to_host(
     gpu_batches,
     host_batches,
     hardware_share=nvimgcodec.HARDWARE_SHARE,
-    host_share=1.0 - nvimgcodec.HARDWARE_SHARE,
+    host_share=nvimgcodec.HOST_SHARE,
 ):
     assert len(gpu_batches) == len(host_batches)
     for g, h in zip(gpu_batches, host_batches):

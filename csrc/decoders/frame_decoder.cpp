@@ -1,5 +1,7 @@
 #include "frame_decoder.h"
 
+#include "../frames/host_jpeg.h"
+
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -25,14 +27,9 @@ constexpr const char* kHostOptions = " :fancy_upsampling=1 :fast_idct=0";
 
 }  // namespace
 
-std::string wrong_size(int64_t height, int64_t width, const FrameTarget& frame) {
-  return message("the image is ", height, "x", width, "; its frames' shape says ", frame.height,
-                 "x", frame.width);
-}
-
 FrameDecoder::FrameDecoder(std::string library, std::string nvjpeg_library, int64_t device,
                            double hardware_share, double host_share, int64_t cpu_threads,
-                           std::string options)
+                           std::string options, bool kernels)
     : api_(NvImgCodec::load(library)),
       library_(library),
       nvjpeg_library_(nvjpeg_library),
@@ -61,6 +58,9 @@ FrameDecoder::FrameDecoder(std::string library, std::string nvjpeg_library, int6
     batched_cuda_ = uses_cuda_ ? load_batched(false) : nullptr;
   }
   try {
+    if (kernels && uses_cuda_) {
+      kernels_ = std::make_unique<KernelJpeg>(device);
+    }
     cuda_decoder_ = make_decoder(NVIMGCODEC_BACKEND_KIND_HYBRID_CPU_GPU, options_);
     if (uses_hardware_ && batched_hardware_ == nullptr) {
       hardware_decoder_ = make_decoder(NVIMGCODEC_BACKEND_KIND_HW_GPU_ONLY, options_);
@@ -109,7 +109,8 @@ c10::intrusive_ptr<FrameDecoder> FrameDecoder::sibling(int64_t i) {
   std::lock_guard<std::mutex> lock(siblings_mutex_);
   while (static_cast<int64_t>(siblings_.size()) < i) {
     siblings_.push_back(c10::make_intrusive<FrameDecoder>(
-        library_, nvjpeg_library_, device_, hardware_share_, host_share_, cpu_threads_, options_));
+        library_, nvjpeg_library_, device_, hardware_share_, host_share_, cpu_threads_, options_,
+        kernels_ != nullptr));
   }
   return siblings_[i - 1];
 }
@@ -119,6 +120,7 @@ FrameDecoder::~FrameDecoder() {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
   batched_hardware_.reset();  // nvJPEG's handles, on their device
   batched_cuda_.reset();
+  kernels_.reset();
   for (auto image : images_) {
     api_.ImageDestroy(image);
   }
@@ -261,8 +263,9 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
   }
   statuses_.assign(n, NVIMGCODEC_PROCESSING_STATUS_UNKNOWN);
   split(frames);
-  // The host's share is submitted first: its cores decode while the GPU's
-  // shares are decoded.
+  // The host's share is submitted first, then robocache's kernels are
+  // queued: the host's cores and the GPU decode while the other shares are
+  // decoded.
   std::vector<Part> host_part;
   FrameFailure failure;
   try {
@@ -270,25 +273,68 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
       failure = submit_host_share(frames, cuda_stream, host_part);
     }
     if (failure.index < 0) {
+      failure = launch_kernels(frames, cuda_stream);
+    }
+    if (failure.index < 0) {
       failure = decode_on_gpu(frames, cuda_stream);
     }
   } catch (...) {
     wait_parts(host_part);  // its threads write into the staging memory
+    if (kernels_) {
+      kernels_->wait();
+    }
     throw;
   }
   check_status(wait_parts(host_part), "wait for a decode");
+  FrameFailure on_kernels = kernels_ ? kernels_->wait() : FrameFailure{};
   if (failure.index >= 0) {
     return failure;
   }
   for (size_t i = 0; i < n; ++i) {
-    if (statuses_[i] != NVIMGCODEC_PROCESSING_STATUS_SUCCESS) {
+    if (statuses_[i] != NVIMGCODEC_PROCESSING_STATUS_SUCCESS &&
+        (on_kernels.index < 0 || static_cast<int64_t>(i) < on_kernels.index)) {
       return {static_cast<int64_t>(i),
               message("nvImageCodec: ", processing_status_name(statuses_[i]))};
     }
   }
+  if (on_kernels.index >= 0) {
+    return on_kernels;
+  }
   if (!split_.host.empty()) {
     staging_.copy(cuda_stream);
   }
+  return {};
+}
+
+FrameFailure FrameDecoder::launch_kernels(const std::vector<FrameTarget>& frames,
+                                          cudaStream_t cuda_stream) {
+  kernel_frames_.clear();
+  if (!kernels_) {
+    return {};
+  }
+  if (reads_.size() < frames.size()) {
+    reads_.resize(frames.size());
+  }
+  for (auto& share : split_.cuda) {
+    size_t kept = 0;
+    for (size_t i : share) {
+      const FrameTarget& frame = frames[i];
+      jpeg::HeaderRead& read = reads_[i];
+      jpeg::read_header(frame.data, static_cast<int64_t>(frame.size), read);
+      if (read.outcome == jpeg::Outcome::kTaken &&
+          (read.layout.height != frame.height || read.layout.width != frame.width)) {
+        return {static_cast<int64_t>(i), wrong_size(read.layout.height, read.layout.width, frame)};
+      }
+      if (refusal(read, frame).empty()) {
+        kernel_frames_.push_back(i);
+        statuses_[i] = NVIMGCODEC_PROCESSING_STATUS_SUCCESS;  // the kernels' own, in wait()
+      } else {
+        share[kept++] = i;  // to nvJPEG, which names what is wrong with it
+      }
+    }
+    share.resize(kept);
+  }
+  kernels_->launch(frames, kernel_frames_, reads_, cuda_stream);
   return {};
 }
 

@@ -14,30 +14,14 @@
 #include <tuple>
 #include <vector>
 
+#include "../frames/frame_targets.h"
+#include "../frames/jpeg_header.h"
+#include "kernel_jpeg.h"
 #include "nvimgcodec_library.h"
 #include "nvjpeg_batched.h"
 #include "pinned_staging.h"
 
 namespace robocache::decoders {
-
-// One frame to decode: its encoded bytes in host memory, and where its
-// (height, width, channels) uint8 pixels go, in device memory.
-struct FrameTarget {
-  const uint8_t* data;
-  size_t size;
-  uint8_t* out;
-  int64_t height;
-  int64_t width;
-  int64_t channels;
-  // Its pixels' size: height * width * channels bytes.
-  size_t pixel_bytes() const { return static_cast<size_t>(height * width * channels); }
-};
-
-// The first frame of a batch that did not decode (index -1: none), and why.
-struct FrameFailure {
-  int64_t index = -1;
-  std::string why;
-};
 
 class FrameDecoder : public torch::CustomClassHolder {
  public:
@@ -50,9 +34,13 @@ class FrameDecoder : public torch::CustomClassHolder {
   // libjpeg-turbo (nvImageCodec's CPU backend, on its threads) into pinned
   // memory, then copied to the device; the rest goes to the CUDA decoder;
   // cpu_threads: the decoder's host threads (0: as many as the host has
-  // cores); options: nvImageCodec's decoder options ("" for its defaults).
+  // cores); options: nvImageCodec's decoder options ("" for its defaults);
+  // kernels: the CUDA decoder's share goes to robocache's own kernels
+  // (libjpeg-turbo's pixels), but for frames they do not take (progressive,
+  // ...), which go to nvJPEG's.
   FrameDecoder(std::string library, std::string nvjpeg_library, int64_t device,
-               double hardware_share, double host_share, int64_t cpu_threads, std::string options);
+               double hardware_share, double host_share, int64_t cpu_threads, std::string options,
+               bool kernels);
   ~FrameDecoder() override;
 
   // rows (N,) of the frames (values, byte_offsets) hold, decoded into out
@@ -82,6 +70,8 @@ class FrameDecoder : public torch::CustomClassHolder {
   // as they are called, ignoring the work queued on the stream they are
   // given, so their output memory must be free on the host's word.
   bool uses_hardware() const { return uses_hardware_; }
+  // Whether robocache's kernels take the CUDA decoder's share.
+  bool uses_kernels() const { return kernels_ != nullptr; }
   // Whether nvJPEG's batched decode was asked for, and takes each of the
   // GPU's shares (none goes through nvImageCodec).
   bool uses_batched() const {
@@ -116,6 +106,10 @@ class FrameDecoder : public torch::CustomClassHolder {
     std::vector<size_t> host, group;
   };
 
+  // The frames of the CUDA decoder's share that robocache's kernels take
+  // (taken out of split_.cuda), queued on `cuda_stream`; a failure where a
+  // frame's size is not its target's.
+  FrameFailure launch_kernels(const std::vector<FrameTarget>& frames, cudaStream_t cuda_stream);
   nvimgcodecDecoder_t make_decoder(nvimgcodecBackendKind_t kind, const std::string& options);
   // Destroys the decoders and the instance that exist (the handles of
   // nvImageCodec this decoder made).
@@ -174,6 +168,10 @@ class FrameDecoder : public torch::CustomClassHolder {
   nvimgcodecDecoder_t host_decoder_ = nullptr;
   PinnedStaging staging_;
   std::unique_ptr<BatchedJpeg> batched_hardware_, batched_cuda_;
+  // robocache's kernels, where asked for; each frame's header as they read it.
+  std::unique_ptr<KernelJpeg> kernels_;
+  std::vector<jpeg::HeaderRead> reads_;
+  std::vector<size_t> kernel_frames_;
   std::mutex siblings_mutex_;
   std::vector<c10::intrusive_ptr<FrameDecoder>> siblings_;
   std::mutex mutex_;  // one batch at a time: the handles below are reused
@@ -184,11 +182,5 @@ class FrameDecoder : public torch::CustomClassHolder {
   std::vector<size_t> batched_frames_;
   Split split_;
 };
-
-// Why a frame's image is not its target's size.
-std::string wrong_size(int64_t height, int64_t width, const FrameTarget& frame);
-
-// The checks both decode paths make of a stream's encoded bytes.
-void check_encoded(const at::Tensor& values, const at::Tensor& byte_offsets, const char* where);
 
 }  // namespace robocache::decoders

@@ -10,10 +10,13 @@ using robocache::decoders::FrameQueue;
 
 TORCH_LIBRARY_FRAGMENT(robocache, m) {
   m.class_<FrameDecoder>("FrameDecoder")
-      .def(torch::init<std::string, std::string, int64_t, double, double, int64_t, std::string>())
+      .def(torch::init<std::string, std::string, int64_t, double, double, int64_t, std::string,
+                       bool>())
       .def("decode", &FrameDecoder::decode)
       .def("uses_batched",
            [](const c10::intrusive_ptr<FrameDecoder>& self) { return self->uses_batched(); })
+      .def("uses_kernels",
+           [](const c10::intrusive_ptr<FrameDecoder>& self) { return self->uses_kernels(); })
       .def("batched_error",
            [](const c10::intrusive_ptr<FrameDecoder>& self) { return self->batched_error(); });
   m.class_<FrameQueue>("FrameQueue")

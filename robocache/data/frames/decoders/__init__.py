@@ -43,12 +43,13 @@ class FrameDecoding:
             ``nvimgcodec.HARDWARE_SHARE``, 0): libjpeg-turbo's pixels but for
             a grey level in upsampled chroma.
         host_share: the share the GPU decoder decodes on the host's cores
-            with libjpeg-turbo (Pillow's pixels) into pinned memory, copied
-            to the GPU a call for each run of frames whose places there lie
-            end to end, one a key (default: all the engines do not take,
-            which kept a training step fastest). The rest goes to
-            nvJPEG's CUDA decoder, whose pixels are up to 3 grey levels off
-            in colour. ``hardware_share + host_share`` is at most 1.
+            with libjpeg-turbo into pinned memory, copied to the GPU a call
+            for each run of frames whose places there lie end to end, one a
+            key (default ``nvimgcodec.HOST_SHARE``, 0). The rest goes to
+            robocache's CUDA kernels, which decode as libjpeg-turbo does
+            (Pillow's pixels), with little host work a frame: this kept a
+            training step fastest. ``hardware_share + host_share`` is at
+            most 1.
     """
 
     backend: str = "auto"

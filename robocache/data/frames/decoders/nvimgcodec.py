@@ -1,23 +1,26 @@
-"""The GPU decoder: JPEG frames decoded into GPU memory by libjpeg-turbo,
-nvJPEG and nvImageCodec (the optional extra ``robocache[nvimgcodec]``),
-driven from robocache's extension: one native call a batch, no Python
-object per frame, its host work on native threads without the GIL. Each
-batch is split three ways:
+"""The GPU decoder: JPEG frames decoded into GPU memory by robocache's own
+CUDA kernels, with nvJPEG and nvImageCodec beside them (the optional extra
+``robocache[nvimgcodec]``), driven from robocache's extension: one native
+call a batch, no Python object per frame, its host work on native threads
+without the GIL. Each batch is split three ways:
 
-- the host's share: libjpeg-turbo (nvImageCodec's CPU backend, on its own
-  threads: Pillow's pixels) into pinned memory, copied to the GPU in one
-  call where the frames' places lie end to end (by default, every frame the
-  engines do not take);
 - the hardware engines' share (NVJPG: no SMs), in one call of nvJPEG's
-  batched decode;
-- nvJPEG's CUDA decoder, the rest, in one call of its batched decode
-  (Huffman decoding on the GPU too).
+  batched decode (none by default);
+- the host's share: libjpeg-turbo (nvImageCodec's CPU backend, on its own
+  threads) into pinned memory, copied to the GPU in one call where the
+  frames' places lie end to end (none by default);
+- the rest, by default every frame, to robocache's kernels
+  (``csrc/cuda/jpeg_kernels.cuh``): libjpeg-turbo's own steps (its accurate
+  inverse DCT, fancy upsampling and colour conversion), so Pillow's pixels
+  exactly, with the host's work a frame only its header read and a copy of
+  its bytes, and three launches a batch. Frames they do not decode
+  (progressive, 12-bit, CMYK, no Huffman tables of their own) go to
+  nvJPEG's CUDA decoder, whose pixels are up to 3 grey levels off.
 
-nvJPEG reads each GPU frame's header first and its size is checked. Where
-nvJPEG's batched decode does not load (a GPU without the engines, for their
-share), or a frame or batch is refused (cut short, not supported,
-corrupt), nvImageCodec decodes the frames, the CUDA decoder's a frame at a
-time, and names any that does not decode.
+Where nvJPEG's batched decode does not load (a GPU without the engines, for
+their share), or a frame or batch is refused (cut short, not supported,
+corrupt), nvImageCodec decodes the frames, a frame at a time, and names any
+that does not decode.
 
 The hardware engines write their output as soon as they are called,
 whatever the CUDA stream they are handed has queued: with them the decoder
@@ -34,12 +37,13 @@ import torch
 
 from ..encoding import pack_images
 
-# The share of each batch given to the hardware engines, by default: none;
-# the host's share, by default: the rest. Beside a training step, the host's
-# cores kept the step fastest (docs/benchmarks.md), with libjpeg-turbo's
-# pixels; the engines' are those but for a grey level in upsampled chroma,
-# nvJPEG's CUDA decoder's up to 3 grey levels off in colour.
+# The shares of each batch given to the hardware engines and to the host's
+# cores, by default: none; robocache's kernels take the rest. Beside a
+# training step, the kernels kept the step fastest (docs/benchmarks.md), with
+# libjpeg-turbo's pixels; the engines' are those but for a grey level in
+# upsampled chroma.
 HARDWARE_SHARE = 0.0
+HOST_SHARE = 0.0
 EXTRA = "pip install robocache[nvimgcodec]"
 # A queue's threads, each with its own decoder, taking the steps in turn.
 # One by default: two to four did not make a training step fed by the
@@ -130,9 +134,10 @@ def default_threads():
 
 class GpuDecoder:
     """JPEG frames decoded on ``device`` (see the module). ``hardware_share``:
-    the share of each batch given to the hardware engines (0: none);
-    ``host_share``: the share decoded on the host's cores (None: all the
-    engines do not take); the rest goes to nvJPEG's CUDA decoder;
+    the share of each batch given to the hardware engines (None:
+    ``HARDWARE_SHARE``); ``host_share``: the share decoded on the host's
+    cores (None: ``HOST_SHARE``); the rest goes to robocache's kernels
+    (``kernels``; else to nvJPEG's CUDA decoder);
     ``threads``: the decoder's host threads (None: ``default_threads()``,
     the usable cores but two); ``options``: nvImageCodec's decoder options (its defaults: "");
     ``batched``: each of the GPU's shares in one call of nvJPEG's batched
@@ -150,10 +155,13 @@ class GpuDecoder:
         options="",
         batched=True,
         host_share=None,
+        kernels=True,
     ):
         check_shares(hardware_share, host_share, "GpuDecoder")
         self.hardware_share = float(HARDWARE_SHARE if hardware_share is None else hardware_share)
-        self.host_share = float(1.0 - self.hardware_share if host_share is None else host_share)
+        if host_share is None:
+            host_share = min(HOST_SHARE, 1.0 - self.hardware_share)
+        self.host_share = float(host_share)
         why = unavailable()
         if why is not None:
             raise RuntimeError(f"robocache: the nvimgcodec frame decoder cannot run: {why}")
@@ -161,18 +169,24 @@ class GpuDecoder:
         index = self.device.index if self.device.index is not None else torch.cuda.current_device()
         self.device = torch.device("cuda", index)
         threads = default_threads() if threads is None else threads
-        key = (index, self.hardware_share, self.host_share, threads, options, bool(batched))
+        key = (index, self.hardware_share, self.host_share, threads, options, bool(batched),
+               bool(kernels))  # fmt: skip
         if key not in _decoders:  # one a device and setting: its engines and threads are kept
             library, nvjpeg = library_paths()
             _decoders[key] = torch.classes.robocache.FrameDecoder(
                 library, nvjpeg if batched else "", index, self.hardware_share, self.host_share,
-                threads, options,
+                threads, options, bool(kernels),
             )  # fmt: skip
         self.native = _decoders[key]
         why = self.native.batched_error()
         if why:
             warn_once(f"robocache: nvJPEG's batched decode did not load ({why}); that share "
                       "of each batch goes through nvImageCodec")  # fmt: skip
+
+    @property
+    def kernels(self):
+        """Whether robocache's kernels take the share the engines and the host do not."""
+        return self.native.uses_kernels()
 
     @property
     def batched(self):

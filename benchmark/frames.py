@@ -17,16 +17,21 @@ that is installed here:
   torchvision-cuda  the same with device="cuda" (nvJPEG);
   nvimgcodec        nvImageCodec's batched decode through its Python API
                     (hardware engines where the GPU has them, else CUDA);
+  robocache-kernels robocache's own CUDA JPEG kernels alone
+                    (torch.classes.robocache.JpegDecoder: no extra), one
+                    call a batch from the bytes in host memory;
   robocache-gpu-hwX[-hostY]
-                    robocache's GPU decoder (nvJPEG and nvImageCodec driven
-                    from the extension, one native call a batch from the
-                    bytes in host memory, as the sampler calls it), X the
-                    share of each batch given to the hardware engines, Y
-                    the share decoded on the host's cores (libjpeg-turbo,
-                    into pinned memory, one copy to the GPU), the rest to
-                    the CUDA decoder, the GPU's shares each in one call of
-                    nvJPEG's batched decode ("-unbatched": through
-                    nvImageCodec, the CUDA decoder's a frame at a time).
+                    robocache's GPU decoder (its kernels, nvJPEG and
+                    nvImageCodec driven from the extension, one native call
+                    a batch from the bytes in host memory, as the sampler
+                    calls it), X the share of each batch given to the
+                    hardware engines, Y the share decoded on the host's
+                    cores (libjpeg-turbo, into pinned memory, one copy to
+                    the GPU), the rest to robocache's kernels ("-nvjpeg":
+                    to nvJPEG's CUDA decoder instead), the engines' and
+                    nvJPEG's shares each in one call of nvJPEG's batched
+                    decode ("-unbatched": through nvImageCodec, a frame at
+                    a time).
 
 Reported: frames/s (median of --repeats), and each decoder's largest and
 mean difference in grey levels from Pillow's decode of the same bytes. A GPU
@@ -58,13 +63,41 @@ from robocache.data.frames.decoders import host as host_decoder
 from robocache.data.frames.decoders import nvimgcodec as gpu_decoder
 from robocache.data.frames.encoding import pack_images
 
-# (hardware engines, host) shares of each batch the GPU decoder is measured
-# at; the rest goes to nvJPEG's CUDA decoder.
-SHARES = ((0.0, 0.0), (0.5, 0.0), (1.0, 0.0), (0.0, 0.5), (0.0, 1.0))
+# (hardware engines, host, robocache's kernels) shares of each batch the GPU
+# decoder is measured at; the rest goes to robocache's kernels, or where
+# they are not asked for, to nvJPEG's CUDA decoder.
+SHARES = (
+    (0.0, 0.0, True),
+    (0.0, 0.0, False),
+    (0.5, 0.0, True),
+    (1.0, 0.0, True),
+    (0.0, 0.5, True),
+    (0.0, 1.0, True),
+)
 
 
-def _share_name(hardware, host):
-    return f"hw{hardware:g}" + (f"-host{host:g}" if host else "")
+def _share_name(hardware, host, kernels=True):
+    return f"hw{hardware:g}" + (f"-host{host:g}" if host else "") + ("" if kernels else "-nvjpeg")
+
+
+def _kernels():
+    """robocache's CUDA JPEG kernels alone, one call a batch."""
+    decoder = torch.classes.robocache.JpegDecoder()
+    packed = {}
+
+    def run(blobs, shape):
+        if id(blobs) not in packed:
+            values, sizes = pack_images(blobs)
+            packed.clear()
+            packed[id(blobs)] = (values.pin_memory(), sizes, torch.arange(len(blobs)))
+        values, sizes, rows = packed[id(blobs)]
+        out = torch.empty((len(blobs), *shape), dtype=torch.uint8, device="cuda")
+        index, why = decoder.decode(values, sizes, rows, out)
+        if index >= 0:
+            raise RuntimeError(f"frame {index} did not decode: {why}")
+        return out
+
+    return run
 
 
 def _pool_decode(decode_one, blobs, threads):
@@ -124,19 +157,24 @@ def decoders(threads):
             found["nvimgcodec"] = nvimg
     except ImportError:
         pass
+    if torch.cuda.is_available() and gpu_decoder._has_native_decoder():
+        found["robocache-kernels"] = _kernels()
     if gpu_decoder.unavailable() is None:
-        for hardware, host in SHARES:
-            found[f"robocache-gpu-{_share_name(hardware, host)}"] = _robocache_gpu(hardware, host)
-        found["robocache-gpu-hw0-unbatched"] = _robocache_gpu(0.0, 0.0, batched=False)
+        for hardware, host, kernels in SHARES:
+            name = f"robocache-gpu-{_share_name(hardware, host, kernels)}"
+            found[name] = _robocache_gpu(hardware, host, kernels=kernels)
+        found["robocache-gpu-hw0-nvjpeg-unbatched"] = _robocache_gpu(0.0, 0.0, False, False)
     return found
 
 
-def _robocache_gpu(share, host_share, batched=True):
+def _robocache_gpu(share, host_share, batched=True, kernels=True):
     """robocache's GPU decoder as the sampler calls it: the batch's bytes
     packed once (as a store holds them), then one native call a batch
     (``batched=False``: each share through nvImageCodec, not nvJPEG's
     batched decode)."""
-    decoder = gpu_decoder.GpuDecoder("cuda", share, batched=batched, host_share=host_share)
+    decoder = gpu_decoder.GpuDecoder(
+        "cuda", share, batched=batched, host_share=host_share, kernels=kernels
+    )
     packed = {}
 
     def run(blobs, shape):
@@ -196,12 +234,13 @@ def beside_training(found, blobs, shape, seconds, say, rate=None):
     results = {}
     runs = {name: _calls(decode, blobs, shape) for name, decode in found.items()}
     if gpu_decoder.unavailable() is None:
-        for hardware, host in SHARES:
-            name = f"robocache-gpu-queue-{_share_name(hardware, host)}"
-            runs[name] = _queue(hardware, host, blobs, shape)
+        for hardware, host, kernels in SHARES:
+            name = f"robocache-gpu-queue-{_share_name(hardware, host, kernels)}"
+            runs[name] = _queue(hardware, host, blobs, shape, kernels=kernels)
             if rate is not None:
-                runs[f"{name}-at-{rate:g}"] = _queue(hardware, host, blobs, shape, rate=rate)
-        runs["robocache-gpu-queue-hw0-unbatched"] = _queue(0.0, 0.0, blobs, shape, batched=False)
+                runs[f"{name}-at-{rate:g}"] = _queue(
+                    hardware, host, blobs, shape, rate=rate, kernels=kernels
+                )
     for name, batches in runs.items():
         stop, count = threading.Event(), [0]
 
@@ -244,13 +283,13 @@ def _calls(decode, blobs, shape):
     return batches
 
 
-def _queue(share, host_share, blobs, shape, steps=100_000, ahead=3, rate=None, batched=True):
+def _queue(share, host_share, blobs, shape, steps=100_000, ahead=3, rate=None, kernels=True):
     """Batches as the sampler's iteration gets them: a native queue decodes
     each step's frames ahead on threads of its own; the thread takes each
     step's table and releases it (two calls a batch) on a CUDA stream of its
     own, as the sampler's side stream does; with ``rate``, at most that many
     frames a second (a step's demand)."""
-    decoder = gpu_decoder.GpuDecoder("cuda", share, batched=batched, host_share=host_share)
+    decoder = gpu_decoder.GpuDecoder("cuda", share, host_share=host_share, kernels=kernels)
     values, sizes = pack_images(blobs)
     n = len(blobs)
     rows = torch.arange(1, n + 1).repeat(steps, 1)

@@ -4,17 +4,41 @@
 #include <c10/cuda/CUDAException.h>
 
 #include <algorithm>
+#include <mutex>
+#include <set>
 
 #include "jpeg_kernels.cuh"
 #include "launch.cuh"
 
 namespace robocache::jpeg {
+namespace {
+
+// The scans' blocks stay on their SMs for a frame's whole entropy decode.
+// An SM set up for little shared memory (the most L1) must drain before it
+// takes a block that needs much, as a training step's matrix and
+// convolution kernels do; so the scans ask for the most shared memory
+// too, and such blocks can run beside them. Once a device.
+void prefer_shared_memory() {
+  static std::mutex mutex;
+  static std::set<int> devices;
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  if (devices.insert(device).second) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(decode_scans,
+                                        cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+  }
+}
+
+}  // namespace
 
 void launch_decode(const KernelBatch& batch, cudaStream_t cuda_stream) {
   if (batch.frames == 0) {
     return;
   }
   constexpr const char* kWhere = "robocache's JPEG decoder";
+  prefer_shared_memory();
   decode_scans<<<batch.frames, kWarp, 0, cuda_stream>>>(batch.jobs, batch.planes, batch.bytes,
                                                         batch.coefficients, batch.statuses);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -80,9 +80,11 @@ def _share_name(hardware, host, kernels=True):
     return f"hw{hardware:g}" + (f"-host{host:g}" if host else "") + ("" if kernels else "-nvjpeg")
 
 
-def _kernels():
-    """robocache's CUDA JPEG kernels alone, one call a batch."""
-    decoder = torch.classes.robocache.JpegDecoder()
+def _packed_calls(decode_rows):
+    """decode(blobs, shape) for a decoder called as the sampler calls it:
+    the batch's bytes packed once into pinned memory (as a store holds
+    them), then ``decode_rows(values, byte_offsets, rows, out)``, one call a
+    batch, into a new (n, *shape) uint8 tensor on the GPU."""
     packed = {}
 
     def run(blobs, shape):
@@ -92,12 +94,22 @@ def _kernels():
             packed[id(blobs)] = (values.pin_memory(), sizes, torch.arange(len(blobs)))
         values, sizes, rows = packed[id(blobs)]
         out = torch.empty((len(blobs), *shape), dtype=torch.uint8, device="cuda")
-        index, why = decoder.decode(values, sizes, rows, out)
-        if index >= 0:
-            raise RuntimeError(f"frame {index} did not decode: {why}")
+        decode_rows(values, sizes, rows, out)
         return out
 
     return run
+
+
+def _kernels():
+    """robocache's CUDA JPEG kernels alone, one call a batch."""
+    decoder = torch.classes.robocache.JpegDecoder()
+
+    def decode_rows(values, sizes, rows, out):
+        index, why = decoder.decode(values, sizes, rows, out)
+        if index >= 0:
+            raise RuntimeError(f"frame {index} did not decode: {why}")
+
+    return _packed_calls(decode_rows)
 
 
 def _pool_decode(decode_one, blobs, threads):
@@ -168,25 +180,12 @@ def decoders(threads):
 
 
 def _robocache_gpu(share, host_share, batched=True, kernels=True):
-    """robocache's GPU decoder as the sampler calls it: the batch's bytes
-    packed once (as a store holds them), then one native call a batch
-    (``batched=False``: each share through nvImageCodec, not nvJPEG's
-    batched decode)."""
+    """robocache's GPU decoder as the sampler calls it (``batched=False``:
+    each share through nvImageCodec, not nvJPEG's batched decode)."""
     decoder = gpu_decoder.GpuDecoder(
         "cuda", share, batched=batched, host_share=host_share, kernels=kernels
     )
-    packed = {}
-
-    def run(blobs, shape):
-        if id(blobs) not in packed:
-            values, sizes = pack_images(blobs)
-            packed.clear()
-            packed[id(blobs)] = (values.pin_memory(), sizes, torch.arange(len(blobs)))
-        values, sizes, rows = packed[id(blobs)]
-        out = torch.empty((len(blobs), *shape), dtype=torch.uint8, device="cuda")
-        return decoder.decode_rows(values, sizes, rows, out)
-
-    return run
+    return _packed_calls(decoder.decode_rows)
 
 
 def measure(decode, blobs, shape, repeats):

@@ -186,3 +186,28 @@ def test_its_arguments_are_checked():
     ]:
         with pytest.raises(ValueError, match=match):
             decoder.decode(*args)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\xff\xd8\xff\xda\x00\x02", b"\xff\xd8\xff\xc4\x00\x02\xff\xda", b"\xff\xd8" + b"\xff" * 30],
+    ids=["a scan with no header", "an empty table", "fill bytes only"],
+)
+def test_frames_cut_in_their_headers_are_named_and_not_read_past(data):
+    index, why, _ = decode([data], 8, 8, 3)
+    assert index == 0 and why, why
+
+
+def test_a_restart_marker_after_the_last_block_is_skipped_as_libjpeg_does():
+    frames = noisy_frames(2, 16, 16).numpy()
+    try:
+        blobs = [jpeg(f, quality=90, restart_marker_blocks=1) for f in frames]
+    except (TypeError, OSError) as e:
+        pytest.skip(f"this Pillow does not write restart markers: {e}")
+    extra = [b[:-2] + b"\xff\xd3\xff\xd9" for b in blobs]  # RST3, then the end
+    index, why, got = decode(extra, 16, 16, 3)
+    assert index == -1, why
+    assert torch.equal(got, pillow(blobs, 3))
+    junk = [b[:-2] + b"\x12\x34\xff\xd9" for b in blobs]  # bytes left: named
+    index, why, _ = decode(junk, 16, 16, 3)
+    assert index == 0 and "does not end after its last block" in why, why

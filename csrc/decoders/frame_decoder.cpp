@@ -281,12 +281,18 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
   } catch (...) {
     wait_parts(host_part);  // its threads write into the staging memory
     if (kernels_) {
-      kernels_->wait();
+      try {
+        kernels_->wait();  // they write into the targets
+      } catch (...) {
+        // the first error is the one thrown
+      }
     }
     throw;
   }
-  check_status(wait_parts(host_part), "wait for a decode");
+  // Both waited for before either's outcome is checked.
+  const nvimgcodecStatus_t on_host = wait_parts(host_part);
   FrameFailure on_kernels = kernels_ ? kernels_->wait() : FrameFailure{};
+  check_status(on_host, "wait for a decode");
   if (failure.index >= 0) {
     return failure;
   }

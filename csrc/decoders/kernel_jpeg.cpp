@@ -2,6 +2,7 @@
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <robocache/error.h>
 #include <robocache/jpeg_batch.h>
 
@@ -74,8 +75,15 @@ void KernelJpeg::launch(const std::vector<FrameTarget>& frames, const std::vecto
   const int64_t samples_at = coefficients_at + aligned(blocks * 64 * 2);
   reserve(staging_, staged + aligned(n * 4),
           at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-  reserve(workspace_, samples_at + blocks * 64,
-          at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device_));
+  {
+    // The device memory is the work stream's in torch's allocator (the
+    // thread's current stream may be another's), so it is handed to no
+    // other stream while this one's work may still use it.
+    c10::cuda::CUDAStreamGuard on_stream(
+        c10::cuda::getStreamFromExternal(cuda_stream, static_cast<c10::DeviceIndex>(device_)));
+    reserve(workspace_, samples_at + blocks * 64,
+            at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device_));
+  }
   uint8_t* host = staging_.data_ptr<uint8_t>();
   uint8_t* device = workspace_.data_ptr<uint8_t>();
   auto* jobs = reinterpret_cast<FrameJob*>(host);
@@ -107,25 +115,33 @@ void KernelJpeg::launch(const std::vector<FrameTarget>& frames, const std::vecto
       block += int64_t{component.blocks_x} * component.blocks_y;
     }
   }
-  C10_CUDA_CHECK(cudaMemcpyAsync(device, host, static_cast<size_t>(bytes_at + byte_count),
-                                 cudaMemcpyHostToDevice, cuda_stream));
-  C10_CUDA_CHECK(
-      cudaMemsetAsync(device + coefficients_at, 0, static_cast<size_t>(blocks * 128), cuda_stream));
-  jpeg::KernelBatch batch{reinterpret_cast<const FrameJob*>(device),
-                          static_cast<int32_t>(n),
-                          largest,
-                          reinterpret_cast<const Plane*>(device + planes_at),
-                          static_cast<int32_t>(plane_count),
-                          blocks,
-                          device + bytes_at,
-                          reinterpret_cast<int16_t*>(device + coefficients_at),
-                          device + samples_at,
-                          reinterpret_cast<int32_t*>(device + staged)};
-  jpeg::launch_decode(batch, cuda_stream);
-  C10_CUDA_CHECK(cudaMemcpyAsync(host + staged, device + staged, static_cast<size_t>(n * 4),
-                                 cudaMemcpyDeviceToHost, cuda_stream));
-  C10_CUDA_CHECK(cudaEventRecord(done_, cuda_stream));
+  // From the first call queued on, the batch counts as launched: wait()
+  // (in the caller's unwinding too) then waits for what was queued before
+  // the buffers are reused.
   launched_ = take;
+  try {
+    C10_CUDA_CHECK(cudaMemcpyAsync(device, host, static_cast<size_t>(bytes_at + byte_count),
+                                   cudaMemcpyHostToDevice, cuda_stream));
+    C10_CUDA_CHECK(cudaMemsetAsync(device + coefficients_at, 0, static_cast<size_t>(blocks * 128),
+                                   cuda_stream));
+    jpeg::KernelBatch batch{reinterpret_cast<const FrameJob*>(device),
+                            static_cast<int32_t>(n),
+                            largest,
+                            reinterpret_cast<const Plane*>(device + planes_at),
+                            static_cast<int32_t>(plane_count),
+                            blocks,
+                            device + bytes_at,
+                            reinterpret_cast<int16_t*>(device + coefficients_at),
+                            device + samples_at,
+                            reinterpret_cast<int32_t*>(device + staged)};
+    jpeg::launch_decode(batch, cuda_stream);
+    C10_CUDA_CHECK(cudaMemcpyAsync(host + staged, device + staged, static_cast<size_t>(n * 4),
+                                   cudaMemcpyDeviceToHost, cuda_stream));
+    C10_CUDA_CHECK(cudaEventRecord(done_, cuda_stream));
+  } catch (...) {
+    cudaEventRecord(done_, cuda_stream);  // best effort: the first error is the one thrown
+    throw;
+  }
 }
 
 FrameFailure KernelJpeg::wait() {

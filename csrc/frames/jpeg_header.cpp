@@ -1,5 +1,7 @@
 #include "jpeg_header.h"
 
+#include <climits>
+
 namespace robocache::jpeg {
 namespace {
 
@@ -40,19 +42,19 @@ void outcome(HeaderRead& read, Outcome what, const char* why) {
 }
 
 // Whether a table's counts make a code as libjpeg accepts one: at most 256
-// values, and each length's codes fitting it with the all-ones code unused.
+// values, and each length's codes fitting it with the all-ones code unused;
+// `values`: their sum, whatever it is.
 bool valid_counts(const uint8_t* counts, int32_t& values) {
   int32_t code = 0;
   values = 0;
+  bool fits = true;
   for (int length = 1; length <= 16; ++length) {
     code += counts[length - 1];
     values += counts[length - 1];
-    if (code >= (1 << length)) {
-      return false;
-    }
+    fits &= code < (1 << length);
     code <<= 1;
   }
-  return values <= 256;
+  return fits && values <= 256;
 }
 
 bool read_dht(const uint8_t* data, int32_t at, int32_t end, Seen& seen) {
@@ -66,14 +68,13 @@ bool read_dht(const uint8_t* data, int32_t at, int32_t end, Seen& seen) {
     }
     int32_t values = 0;
     const bool valid = valid_counts(data + at + 1, values);
-    if (at + 17 + (valid ? values : 0) > end) {
+    if (values > 256 || at + 17 + values > end) {
       return false;
     }
+    // A table that is no valid code is malformed only where a scan uses it
+    // (read_header), as libjpeg checks it.
     seen.huffman_at[table_class][number] = at + 1;
     seen.huffman_valid[table_class][number] = valid;
-    if (!valid) {
-      return true;  // a table used then is malformed (read_header)
-    }
     at += 17 + values;
   }
   return true;
@@ -135,6 +136,9 @@ bool read_sof(const uint8_t* data, int32_t at, int32_t length, Seen& seen, Heade
 }
 
 bool read_sos(const uint8_t* data, int32_t at, int32_t length, Seen& seen, HeaderRead& read) {
+  if (length < 3) {
+    return false;
+  }
   const int n = data[at];
   if (!seen.frame || length != 2 * n + 6 || n < 1 || n > 4) {
     return false;
@@ -237,6 +241,10 @@ void read_header(const uint8_t* data, int64_t size, HeaderRead& read) {
   read.why = "";
   if (size < 4 || data[0] != 0xFF || data[1] != kSOI) {
     outcome(read, Outcome::kMalformed, "it does not start as a JPEG does (no SOI marker)");
+    return;
+  }
+  if (size > INT32_MAX) {  // the layout's offsets are 32-bit
+    outcome(read, Outcome::kNotSupported, "it is over 2 GiB");
     return;
   }
   Seen seen;

@@ -200,7 +200,7 @@ ROBOCACHE_HD int32_t decode_block(BitReader& reader, const HuffmanTable& dc_tabl
   if (s > 0) {
     s = extend(take_bits(reader, s), s);
   }
-  dc += s;
+  dc = static_cast<int32_t>(static_cast<uint32_t>(dc) + static_cast<uint32_t>(s));  // wraps
   block[0] = static_cast<int16_t>(dc);
   for (int k = 1; k < 64; ++k) {
     if (reader.count < 32) {
@@ -221,6 +221,22 @@ ROBOCACHE_HD int32_t decode_block(BitReader& reader, const HuffmanTable& dc_tabl
     }
   }
   return kDecoded;
+}
+
+// The code of the marker at byte `at` (0xFF, any fill bytes 0xFF, then its
+// code), `after` set to the byte after it; 0 where no marker starts there.
+ROBOCACHE_HD int32_t marker_at(const uint8_t* data, int64_t size, int64_t at, int64_t& after) {
+  if (at >= size || data[at] != 0xFF) {
+    return 0;
+  }
+  while (at < size && data[at] == 0xFF) {
+    ++at;
+  }
+  if (at >= size || data[at] == 0) {
+    return 0;
+  }
+  after = at + 1;
+  return data[at];
 }
 
 // Past the restart marker `number` (0 to 7) that ends an interval: the
@@ -291,13 +307,24 @@ ROBOCACHE_HD int32_t decode_scan(const uint8_t* data, int64_t size, const FrameL
         }
       }
     }
-  }
-  if (ran_out(reader)) {
-    return kEndsEarly;
+    if (ran_out(reader)) {
+      return kEndsEarly;  // no further: the rest would be zeros
+    }
   }
   // What libjpeg finds after the last block: the bits that pad its byte,
-  // then the end-of-image marker.
-  return reader.count - reader.zeros < 8 && reader.marker == 0xD9 ? kDecoded : kBadEnd;
+  // then the end-of-image marker (after a restart marker, which it skips).
+  if (reader.count - reader.zeros >= 8) {
+    return kBadEnd;
+  }
+  int32_t marker = reader.marker;
+  int64_t after = reader.after_marker;
+  if (marker == 0) {  // the reading stopped just short of it
+    marker = marker_at(reader.data, reader.size, reader.position, after);
+  }
+  if (marker >= 0xD0 && marker <= 0xD7) {
+    marker = marker_at(reader.data, reader.size, after, after);
+  }
+  return marker == 0xD9 ? kDecoded : kBadEnd;
 }
 
 }  // namespace robocache::jpeg

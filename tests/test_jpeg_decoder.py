@@ -211,3 +211,33 @@ def test_a_restart_marker_after_the_last_block_is_skipped_as_libjpeg_does():
     junk = [b[:-2] + b"\x12\x34\xff\xd9" for b in blobs]  # bytes left: named
     index, why, _ = decode(junk, 16, 16, 3)
     assert index == 0 and "does not end after its last block" in why, why
+
+
+def _restart_frames():
+    frames = noisy_frames(2, 32, 48, seed=4).numpy()
+    try:
+        blobs = [jpeg(f, quality=90, subsampling=2, restart_marker_blocks=1) for f in frames]
+    except (TypeError, OSError) as e:
+        pytest.skip(f"this Pillow does not write restart markers: {e}")
+    scan = blobs[0].index(b"\xff\xda")
+    rst = blobs[0].index(b"\xff\xd1", scan)  # the second interval's end
+    return blobs, rst
+
+
+def test_bytes_before_a_restart_marker_are_named_though_libjpeg_skips_them():
+    # libjpeg-turbo skips the bytes with a warning ("extraneous bytes before
+    # marker"): Pillow gives pixels; robocache names the frame corrupt, as it
+    # does bytes left after the last block.
+    blobs, rst = _restart_frames()
+    junk = blobs[0][:rst] + b"\x12\x34" + blobs[0][rst:]
+    assert pillow([junk], 3).shape == (1, 32, 48, 3)
+    index, why, _ = decode([blobs[1], junk], 32, 48, 3)
+    assert index == 1 and "restart marker" in why and "interval's data" in why, why
+
+
+def test_fill_bytes_before_a_restart_marker_decode_as_pillow_does():
+    blobs, rst = _restart_frames()
+    filled = blobs[0][:rst] + b"\xff\xff\xff" + blobs[0][rst:]
+    index, why, got = decode([filled, blobs[1]], 32, 48, 3)
+    assert index == -1, why
+    assert torch.equal(got, pillow(blobs, 3))

@@ -98,3 +98,42 @@ def test_the_decode_follows_the_work_queued_on_the_current_stream():
         index, why = decoder.decode(values, byte_offsets, torch.arange(16), out)
         assert index == -1, why
         assert torch.equal(out.cpu(), expected)
+
+
+def test_mutated_frames_fail_or_decode_as_on_the_host():
+    # Bytes changed, cut or inserted (restart markers and fill bytes among
+    # them) anywhere in a frame: the kernels name the same frame for the same
+    # reason as the host decode, or give its pixels.
+    import random
+
+    try:
+        blobs = [
+            jpeg(f.numpy(), quality=90, subsampling=i % 3, restart_marker_blocks=2 * (i % 2))
+            for i, f in enumerate(noisy_frames(4, 32, 40, seed=7))
+        ]
+    except (TypeError, OSError) as e:
+        pytest.skip(f"this Pillow does not write restart markers: {e}")
+    rng = random.Random(0)
+    outcomes = set()
+    for trial in range(120):
+        bad = bytearray(blobs[trial % 4])
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(bad))
+            kind = rng.randrange(4)
+            if kind == 0:
+                bad[at] ^= 1 << rng.randrange(8)
+            elif kind == 1:
+                del bad[at : at + rng.randint(1, 8)]
+            elif kind == 2:
+                bad[at:at] = bytes([0xFF, 0xD0 + rng.randrange(8)])
+            else:
+                bad[at:at] = b"\xff\xff"
+        batch = [blobs[(trial + 1) % 4], bytes(bad)]
+        host = decode(batch, 32, 40, 3)
+        index, why, got = decode(batch, 32, 40, 3, device="cuda")
+        assert (index, why) == host[:2], trial
+        if index < 0:
+            assert torch.equal(got, host[2]), trial
+        outcomes.add(index)
+    assert outcomes == {-1, 1}, outcomes  # some decoded, some named
+    torch.cuda.synchronize()  # no sticky CUDA error

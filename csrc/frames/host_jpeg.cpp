@@ -29,7 +29,8 @@ const char* scan_failure(int32_t status) {
     case jpeg::kEndsEarly:
       return "its entropy-coded data ends before its last block (cut short or corrupt)";
     case jpeg::kBadRestart:
-      return "a restart marker is missing or out of order (corrupt)";
+      return "a restart marker is missing, out of order or not right after its interval's data "
+             "(corrupt)";
     case jpeg::kBadEnd:
       return "its data does not end after its last block with an end-of-image marker (corrupt)";
     case jpeg::kOutOfRange:

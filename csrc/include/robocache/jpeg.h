@@ -41,7 +41,7 @@ enum ScanStatus : int32_t {
   kDecoded = 0,
   kBadHuffmanCode = 1,  // bits that are no code of the table
   kEndsEarly = 2,       // the data ends (or a marker comes) before the last block
-  kBadRestart = 3,      // a restart marker missing or out of order
+  kBadRestart = 3,      // a restart marker missing, out of order or after other data
   kBadEnd = 4,          // after the last block, more data or no end-of-image marker
   kOutOfRange = 5,      // a block's coefficients past any 8-bit image's (see idct_block)
 };

@@ -239,26 +239,29 @@ ROBOCACHE_HD int32_t marker_at(const uint8_t* data, int64_t size, int64_t at, in
   return data[at];
 }
 
-// Past the restart marker `number` (0 to 7) that ends an interval: the
-// bits before it dropped, reading starts again after it.
-ROBOCACHE_HD bool restart(BitReader& reader, int number) {
-  if (reader.marker == 0) {
-    // Not yet reached: the marker after any bytes left (which libjpeg skips).
-    int64_t at = reader.position;
-    while (at + 1 < reader.size &&
-           !(reader.data[at] == 0xFF && reader.data[at + 1] != 0 && reader.data[at + 1] != 0xFF)) {
-      ++at;
-    }
-    if (at + 1 >= reader.size) {
-      return false;
-    }
-    reader.marker = reader.data[at + 1];
-    reader.after_marker = at + 2;
+// The code of the marker that follows the bits read, where no more than the
+// padding of their last byte lies between (`after` set past it); 0 where
+// more data lies before it, -1 where the data ends first.
+ROBOCACHE_HD int32_t marker_after_bits(const BitReader& reader, int64_t& after) {
+  if (reader.count - reader.zeros >= 8) {
+    return 0;
   }
-  if (reader.marker != 0xD0 + number) {
+  if (reader.marker != 0) {
+    after = reader.after_marker;
+    return reader.marker;
+  }
+  return marker_at(reader.data, reader.size, reader.position, after);
+}
+
+// Past the restart marker `number` (0 to 7) that ends an interval, found
+// right after the interval's data (libjpeg skips other bytes before it, with
+// a warning; here they are corruption); reading starts again after it.
+ROBOCACHE_HD bool restart(BitReader& reader, int number) {
+  int64_t after = 0;
+  if (marker_after_bits(reader, after) != 0xD0 + number) {
     return false;
   }
-  start_reading(reader, reader.data, reader.after_marker, reader.size);
+  start_reading(reader, reader.data, after, reader.size);
   return true;
 }
 
@@ -311,16 +314,10 @@ ROBOCACHE_HD int32_t decode_scan(const uint8_t* data, int64_t size, const FrameL
       return kEndsEarly;  // no further: the rest would be zeros
     }
   }
-  // What libjpeg finds after the last block: the bits that pad its byte,
-  // then the end-of-image marker (after a restart marker, which it skips).
-  if (reader.count - reader.zeros >= 8) {
-    return kBadEnd;
-  }
-  int32_t marker = reader.marker;
-  int64_t after = reader.after_marker;
-  if (marker == 0) {  // the reading stopped just short of it
-    marker = marker_at(reader.data, reader.size, reader.position, after);
-  }
+  // After the last block: the bits that pad its byte, then the end-of-image
+  // marker (after a restart marker, which libjpeg skips).
+  int64_t after = 0;
+  int32_t marker = marker_after_bits(reader, after);
   if (marker >= 0xD0 && marker <= 0xD7) {
     marker = marker_at(reader.data, reader.size, after, after);
   }

@@ -22,7 +22,9 @@ import robocache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPU_ONLY = [("ops", "kernels"), ("ops", "ncu")]
-SCRIPTS = ["ops", "sampler", "ingest", "e2e", "tiers", "frames", "mixture", "augment"]
+SCRIPTS = [
+    "ops", "sampler", "ingest", "e2e", "tiers", "loader_check", "frames", "mixture", "augment",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +101,29 @@ def test_sampler_benchmark_runs_small_on_any_device(workdir, tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [row["case"] for row in rows] == ["lowdim", "cameras"]
     assert all(row["robocache_s"] > 0 and row["dataloader_0_workers_s"] > 0 for row in rows)
+
+
+@pytest.mark.parametrize("form", ["raw", "jpeg"])
+def test_loader_check_runs_small_on_the_cpu(workdir, tmp_path, form):
+    if form == "jpeg":
+        _needs("frames", "PIL", "simplejpeg")
+    out = tmp_path / "rows.json"
+    r = _run(
+        workdir, "loader_check", "--small", "--device", "cpu", "--tiers", "cpu,mapped-warm",
+        "--frames", form, "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["tier"], row["frames"]) for row in rows] == [("cpu", form), ("mapped-warm", form)]
+    for row in rows:
+        assert row["efficiency"] > 0 and len(row["block_efficiencies"]) == 2
+        assert row["step_s"] > 0 and row["staged_step_s"] > 0
+
+
+def test_loader_check_refuses_a_tier_the_device_lacks(workdir):
+    r = _run(workdir, "loader_check", "--small", "--device", "cpu", "--tiers", "pinned")
+    assert r.returncode == 2
+    assert "--tiers: on cpu" in r.stderr and "'pinned'" in r.stderr, r.stderr
 
 
 def test_ingest_benchmark_runs_small(workdir, tmp_path):

@@ -16,7 +16,8 @@ for JPEG frames). For each tier and frame form: blocks of ``--steps`` steps on
 one staged batch and blocks fed by the sampler, alternated; the efficiency is
 the median of each pair's ratio (staged / fed). Tiers: ``pinned``,
 ``mapped-warm``, ``mapped-cold`` (the store file's pages dropped first),
-``gpu``, and on the CPU ``cpu``. Run from the checkout's root.
+``gpu`` and ``cpu`` (host memory, not pinned); on the CPU, all but ``gpu`` and
+``pinned``. Run from the checkout's root.
 """
 
 import argparse
@@ -42,7 +43,9 @@ DELTAS = {
     **{camera: [-1 / FPS, 0.0] for camera in CAMERAS},
 }
 POLICIES = {"small": (96, 64), "resnet18": (224, 128)}
-PLACES = {"gpu": "cuda", "pinned": "pinned", "mapped-warm": "mapped", "mapped-cold": "mapped"}
+PLACES = {
+    "gpu": "cuda", "pinned": "pinned", "mapped-warm": "mapped", "mapped-cold": "mapped", "cpu": "cpu",
+}  # fmt: skip
 
 
 def moving_noise(frames, size, seed):
@@ -124,9 +127,8 @@ def check(args, folder, tier, form, device):
     size, batch_size = POLICIES[args.policy]
     if args.small:
         batch_size = 4
-    place = "cpu" if tier == "cpu" else PLACES[tier]
     rest = "cuda" if device.type == "cuda" else "cpu"
-    store = EpisodeStore.load(folder, placement={"observation.images.*": place, "*": rest})
+    store = EpisodeStore.load(folder, placement={"observation.images.*": PLACES[tier], "*": rest})
     if tier == "mapped-cold":
         drop_pages(os.path.join(folder, "store.safetensors"))
     model = (SmallCNN() if args.policy == "small" else SharedResNet18()).to(device)
@@ -195,11 +197,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     tiers = [t for t in args.tiers.split(",") if t]
-    known = (*PLACES, "cpu") if device.type == "cpu" else tuple(PLACES)
-    cuda_only = {"gpu", "pinned"} if device.type == "cpu" else set()
-    if not tiers or any(t not in known or t in cuda_only for t in tiers):
-        choices = ", ".join(t for t in known if t not in cuda_only)
-        parser.error(f"--tiers: on {device.type}, of {choices}; got {args.tiers!r}")
+    allowed = [t for t in PLACES if device.type == "cuda" or PLACES[t] not in ("cuda", "pinned")]
+    if not tiers or any(t not in allowed for t in tiers):
+        parser.error(f"--tiers: on {device.type}, of {', '.join(allowed)}; got {args.tiers!r}")
     forms = [f for f in args.frames.split(",") if f]
     if not forms or any(f not in ("raw", "jpeg") for f in forms):
         parser.error(f"--frames: raw, jpeg or raw,jpeg; got {args.frames!r}")

@@ -281,11 +281,7 @@ FrameFailure FrameDecoder::run(const std::vector<FrameTarget>& frames, cudaStrea
   } catch (...) {
     wait_parts(host_part);  // its threads write into the staging memory
     if (kernels_) {
-      try {
-        kernels_->wait();  // they write into the targets
-      } catch (...) {
-        // the first error is the one thrown
-      }
+      kernels_->settle();  // they write into the targets
     }
     throw;
   }

@@ -115,9 +115,8 @@ void KernelJpeg::launch(const std::vector<FrameTarget>& frames, const std::vecto
       block += int64_t{component.blocks_x} * component.blocks_y;
     }
   }
-  // From the first call queued on, the batch counts as launched: wait()
-  // (in the caller's unwinding too) then waits for what was queued before
-  // the buffers are reused.
+  // From the first call queued on, the batch counts as launched: wait() or
+  // settle() then waits for what was queued before the buffers are reused.
   launched_ = take;
   try {
     C10_CUDA_CHECK(cudaMemcpyAsync(device, host, static_cast<size_t>(bytes_at + byte_count),
@@ -140,7 +139,15 @@ void KernelJpeg::launch(const std::vector<FrameTarget>& frames, const std::vecto
     C10_CUDA_CHECK(cudaEventRecord(done_, cuda_stream));
   } catch (...) {
     cudaEventRecord(done_, cuda_stream);  // best effort: the first error is the one thrown
+    settle();
     throw;
+  }
+}
+
+void KernelJpeg::settle() noexcept {
+  if (!launched_.empty()) {
+    cudaEventSynchronize(done_);  // its error is not the one thrown
+    launched_.clear();
   }
 }
 

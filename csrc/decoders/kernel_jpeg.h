@@ -27,12 +27,16 @@ class KernelJpeg {
   // Queues the decode of frames[i] for each i of `take`, whose headers
   // `reads[i]` took (refusal() said ""), on `cuda_stream`, into their
   // targets in device memory; the work queued there before it comes first.
-  // Then wait() before the next launch.
+  // Then wait() before the next launch. Where it throws, it has waited for
+  // what it queued.
   void launch(const std::vector<FrameTarget>& frames, const std::vector<size_t>& take,
               const std::vector<jpeg::HeaderRead>& reads, cudaStream_t cuda_stream);
   // Waits on the host for the frames launched; the first that did not
   // decode (its index in the batch), or none.
   FrameFailure wait();
+  // Waits for the frames launched, throwing nothing: for a caller unwinding
+  // from another error, before the buffers are reused.
+  void settle() noexcept;
 
  private:
   int64_t device_;

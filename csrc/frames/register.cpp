@@ -88,16 +88,7 @@ class JpegDecoder : public torch::CustomClassHolder {
       kernels = std::make_unique<KernelJpeg>(device);
     }
     auto cuda_stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device));
-    try {
-      kernels->launch(targets, take, reads, cuda_stream.stream());
-    } catch (...) {
-      try {
-        kernels->wait();  // what was queued, before the buffers are reused
-      } catch (...) {
-        // the first error is the one thrown
-      }
-      throw;
-    }
+    kernels->launch(targets, take, reads, cuda_stream.stream());
     FrameFailure failure = kernels->wait();
     return {failure.index, failure.why};
   }

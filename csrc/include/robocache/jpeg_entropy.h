@@ -282,9 +282,6 @@ ROBOCACHE_HD int32_t decode_scan(const uint8_t* data, int64_t size, const FrameL
   for (int64_t mcu = 0; mcu < mcus; ++mcu) {
     if (frame.restart_interval > 0) {
       if (to_restart == 0) {
-        if (ran_out(reader)) {
-          return kEndsEarly;
-        }
         if (!restart(reader, next_restart)) {
           return kBadRestart;
         }

@@ -31,6 +31,7 @@ import time
 import torch
 from torch import nn
 
+from benchmark.e2e_measure import sampler_batches
 from benchmark.tiers import drop_pages
 from robocache.data import EpisodeStore, WindowSampler
 from robocache.data.frames import FrameDecoding
@@ -146,7 +147,7 @@ def check(args, folder, tier, form, device):
         store, DELTAS, batch_size=batch_size, images="float_chw", device=device, seed=5,
         decoding=decoding,
     )  # fmt: skip
-    fed = iter(sampler)
+    fed = sampler_batches(sampler)  # epoch after epoch
     staged = {k: v.clone() for k, v in next(fed).items()}
     warmup = 2 if args.small else 10
     wall_per_step(step, lambda: staged, warmup, device)
@@ -206,7 +207,7 @@ def main(argv=None):
     if args.blocks < 1 or args.steps < 1:
         parser.error(f"--blocks and --steps must be >= 1; got {args.blocks} and {args.steps}")
     if args.small:
-        args.episodes, args.episode_frames, args.blocks, args.steps = 3, 12, 2, 2
+        args.episodes, args.episode_frames, args.blocks, args.steps = 3, 12, 2, 5  # more batches than an epoch
     size = 32 if args.small else POLICIES[args.policy][0]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{name}, torch {torch.__version__}", flush=True)

@@ -206,8 +206,8 @@ def main(argv=None):
         parser.error(f"--frames: raw, jpeg or raw,jpeg; got {args.frames!r}")
     if args.blocks < 1 or args.steps < 1:
         parser.error(f"--blocks and --steps must be >= 1; got {args.blocks} and {args.steps}")
-    if args.small:
-        args.episodes, args.episode_frames, args.blocks, args.steps = 3, 12, 2, 5  # more batches than an epoch
+    if args.small:  # a run of more batches than an epoch
+        args.episodes, args.episode_frames, args.blocks, args.steps = 3, 12, 2, 5
     size = 32 if args.small else POLICIES[args.policy][0]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{name}, torch {torch.__version__}", flush=True)

@@ -5,8 +5,8 @@ shared by the cameras, or a three-layer CNN a camera), other timing (the
 synchronized wall time of blocks of steps).
 
     python -m benchmark.loader_check [--policy small|resnet18] [--tiers pinned,mapped-warm,mapped-cold]
-        [--frames raw,jpeg] [--host-share X] [--blocks 7] [--steps 30] [--data PATH] [--json PATH]
-        [--small --device cpu]
+        [--frames raw,jpeg] [--host-share X] [--blocks 7] [--steps 30] [--busy] [--data PATH]
+        [--json PATH] [--small --device cpu]
 
 Policies: ``small`` (two 96x96 cameras, B = 64) and ``resnet18`` (two
 224x224 cameras, B = 128). Windows: 2 frames of each camera and of the
@@ -14,13 +14,17 @@ state, a 16-step action chunk, at 10 Hz. The sampler's defaults but
 ``images="float_chw"`` (and ``--host-share``, the GPU decoder's host share,
 for JPEG frames). For each tier and frame form: blocks of ``--steps`` steps on
 one staged batch and blocks fed by the sampler, alternated; the efficiency is
-the median of each pair's ratio (staged / fed). Tiers: ``pinned``,
+the median of each pair's ratio (staged / fed). Each row also gives the
+host's time in the sampler's ``next`` a fed step, each fed block's slowest
+call, and with ``--busy`` the GPU's busy fraction over a staged and a fed
+block (the CUDA kernels' time in ``torch.profiler``). Tiers: ``pinned``,
 ``mapped-warm``, ``mapped-cold`` (the store file's pages dropped first),
 ``gpu`` and ``cpu`` (host memory, not pinned); on the CPU, all but ``gpu`` and
 ``pinned``. Run from the checkout's root.
 """
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -31,7 +35,7 @@ import time
 import torch
 from torch import nn
 
-from benchmark.e2e_measure import sampler_batches
+from benchmark.e2e_measure import busy_fraction, sampler_batches
 from benchmark.tiers import drop_pages
 from robocache.data import EpisodeStore, WindowSampler
 from robocache.data.frames import FrameDecoding
@@ -114,14 +118,21 @@ class SharedResNet18(nn.Module):
 
 
 def wall_per_step(step, next_batch, steps, device):
+    """(the synchronized wall time a step, the host's time in ``next_batch``
+    a step, its slowest call) over ``steps`` steps."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    asking, slowest = 0.0, 0.0
     start = time.perf_counter()
     for _ in range(steps):
-        step(next_batch())
+        asked = time.perf_counter()
+        batch = next_batch()
+        took = time.perf_counter() - asked
+        asking, slowest = asking + took, max(slowest, took)
+        step(batch)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) / steps
+    return (time.perf_counter() - start) / steps, asking / steps, slowest
 
 
 def check(args, folder, tier, form, device):
@@ -152,11 +163,18 @@ def check(args, folder, tier, form, device):
     warmup = 2 if args.small else 10
     wall_per_step(step, lambda: staged, warmup, device)
     wall_per_step(step, lambda: next(fed), warmup, device)
-    pairs = []
+    pairs, asks = [], []
     for _ in range(args.blocks):
-        staged_s = wall_per_step(step, lambda: staged, args.steps, device)
-        fed_s = wall_per_step(step, lambda: next(fed), args.steps, device)
+        staged_s = wall_per_step(step, lambda: staged, args.steps, device)[0]
+        fed_s, next_s, slowest_s = wall_per_step(step, lambda: next(fed), args.steps, device)
         pairs.append((staged_s, fed_s))
+        asks.append((next_s, slowest_s))
+    busy = {}
+    if args.busy:  # profiled apart from the blocks timed
+        busy = {
+            "busy_staged": busy_fraction(step, itertools.repeat(staged), device, args.steps),
+            "busy_fed": busy_fraction(step, fed, device, args.steps),
+        }
     row = {
         "policy": args.policy,
         "tier": tier,
@@ -166,12 +184,18 @@ def check(args, folder, tier, form, device):
         "block_efficiencies": [s / f for s, f in pairs],
         "staged_step_s": statistics.median(s for s, _ in pairs),
         "step_s": statistics.median(f for _, f in pairs),
+        "next_s": statistics.median(n for n, _ in asks),
+        "block_slowest_next_s": [s for _, s in asks],
+        **busy,
         "decoders": sampler.decoders,
     }
     blocks = " ".join(f"{e:.3f}" for e in row["block_efficiencies"])
+    slowest = " ".join(f"{s * 1e3:.2f}" for s in row["block_slowest_next_s"])
+    said = "".join(f", GPU busy {busy[k]:.2f} {k[5:]}" for k in busy if busy[k] is not None)
     print(
         f"{args.policy} / {tier} / {form}: efficiency {row['efficiency']:.3f} (blocks {blocks}); "
-        f"{row['step_s'] * 1e3:.2f} ms a step, {row['staged_step_s'] * 1e3:.2f} ms staged",
+        f"{row['step_s'] * 1e3:.2f} ms a step, {row['staged_step_s'] * 1e3:.2f} ms staged; "
+        f"next() {row['next_s'] * 1e6:.0f} us a step (slowest a block, ms: {slowest}){said}",
         flush=True,
     )
     return row
@@ -192,6 +216,8 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=30, help="steps a block")
     parser.add_argument("--episodes", type=int, default=30)
     parser.add_argument("--episode-frames", type=int, default=150)
+    parser.add_argument("--busy", action="store_true",
+                        help="the GPU's busy fraction over a staged and a fed block (profiled)")  # fmt: skip
     parser.add_argument("--data", help="keep the stores here")
     parser.add_argument("--json")
     parser.add_argument("--small", action="store_true", help="a smoke run")

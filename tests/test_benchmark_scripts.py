@@ -110,7 +110,7 @@ def test_loader_check_runs_small_on_the_cpu(workdir, tmp_path, form):
     out = tmp_path / "rows.json"
     r = _run(
         workdir, "loader_check", "--small", "--device", "cpu", "--tiers", "cpu,mapped-warm",
-        "--frames", form, "--json", str(out),
+        "--frames", form, "--busy", "--json", str(out),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     rows = json.loads(out.read_text())["rows"]
@@ -118,6 +118,9 @@ def test_loader_check_runs_small_on_the_cpu(workdir, tmp_path, form):
     for row in rows:
         assert row["efficiency"] > 0 and len(row["block_efficiencies"]) == 2
         assert row["step_s"] > 0 and row["staged_step_s"] > 0
+        assert len(row["block_slowest_next_s"]) == 2
+        assert max(row["block_slowest_next_s"]) >= row["next_s"] > 0
+        assert row["busy_staged"] is None and row["busy_fed"] is None  # no GPU to profile
 
 
 def test_loader_check_refuses_a_tier_the_device_lacks(workdir):

@@ -98,9 +98,8 @@ class GraphRing:
         """A new slot. Its graph is captured on a stream of its own after one
         run outside it (lazy initialisation stays out of the graph); the
         device state that run advanced (``state``: a step cursor) is put
-        back. No host synchronization and no garbage collection
-        (``torch.cuda.graph`` synchronizes the device and collects
-        first)."""
+        back. No host synchronization (``torch.cuda.graph`` synchronizes
+        the device first)."""
         device = self.device
         caller = torch.cuda.current_stream(device)
         side = torch.cuda.Stream(device)
@@ -112,9 +111,8 @@ class GraphRing:
                 t.copy_(before)
             graph = torch.cuda.CUDAGraph()
             # Garbage collected during the capture (an abandoned sampler's
-            # graphs, freed) would end it: no collection runs meanwhile. The
-            # garbage waits for the next one after it: a full collection here
-            # would stall the host once for every graph captured.
+            # graphs, freed) would end it: collect first, and not meanwhile.
+            gc.collect()
             collecting = gc.isenabled()
             gc.disable()
             try:

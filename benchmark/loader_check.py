@@ -191,7 +191,11 @@ def check(args, folder, tier, form, device):
     }
     blocks = " ".join(f"{e:.3f}" for e in row["block_efficiencies"])
     slowest = " ".join(f"{s * 1e3:.2f}" for s in row["block_slowest_next_s"])
-    said = "".join(f", GPU busy {busy[k]:.2f} {k[5:]}" for k in busy if busy[k] is not None)
+    said = "".join(
+        f", GPU busy {busy[f'busy_{block}']:.2f} {block}"
+        for block in ("staged", "fed")
+        if busy.get(f"busy_{block}") is not None
+    )
     print(
         f"{args.policy} / {tier} / {form}: efficiency {row['efficiency']:.3f} (blocks {blocks}); "
         f"{row['step_s'] * 1e3:.2f} ms a step, {row['staged_step_s'] * 1e3:.2f} ms staged; "
